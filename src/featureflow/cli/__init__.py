@@ -1,0 +1,59 @@
+"""The ``featureflow`` command.
+
+Each sub-command lives in its own module of this package, exposing
+``register(subparsers)``, which adds its parser and sets ``handler`` to a
+function ``(argparse.Namespace) -> int`` (the exit status). Imports of heavy
+libraries (Spark, Feast) happen inside the handlers so that ``--help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from featureflow.errors import FeatureflowError
+
+# Sub-command modules, in the order ``--help`` lists them.
+COMMAND_MODULES: tuple[str, ...] = (
+    "doctor",
+    "kafka",
+    "jars",
+    "produce",
+    "online",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser, with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="featureflow",
+        description="Real-time feature engineering: Kafka -> Spark -> Mojo kernels -> Feast.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"featureflow.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        status: int = args.handler(args)
+    except FeatureflowError as error:
+        print(f"featureflow {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
