@@ -1,0 +1,1 @@
+"""Local services featureflow starts itself: Maven-fetched jars, the Kafka broker."""

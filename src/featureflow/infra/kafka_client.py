@@ -1,0 +1,80 @@
+"""Producing to and reading from Kafka with confluent-kafka (librdkafka)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from featureflow.errors import KafkaBrokerError
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    *,
+    timeout_s: float = 60.0,
+) -> int:
+    """Send (key, value) records to ``topic`` and wait until all are acknowledged.
+
+    Returns:
+        The number of records acknowledged by the broker.
+
+    Raises:
+        KafkaBrokerError: a record failed or the broker did not acknowledge
+            everything within ``timeout_s`` seconds.
+    """
+    from confluent_kafka import KafkaError, Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "compression.type": "lz4",
+            "enable.idempotence": True,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    failures: list[str] = []
+    sent = 0
+
+    def on_delivery(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)  # local queue full: let deliveries drain
+        sent += 1
+        if sent % 10_000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(timeout_s)
+    if remaining or failures:
+        msg = (
+            f"{remaining} of {sent} records to {topic!r} were not acknowledged by {bootstrap}"
+            f"{'; first error: ' + failures[0] if failures else ''}"
+        )
+        raise KafkaBrokerError(msg)
+    return sent
+
+
+def end_offsets(bootstrap: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """The next offset to be written, per partition of ``topic``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "featureflow-offsets"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        partitions = metadata.topics[topic].partitions
+        result = {}
+        for partition in partitions:
+            _low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            result[partition] = high
+        return result
+    finally:
+        consumer.close()
