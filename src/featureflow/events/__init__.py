@@ -1,0 +1,1 @@
+"""The transaction events featureflow's example consumes: generation and encoding."""

@@ -1,0 +1,162 @@
+"""The Feast repo as featureflow sees it: which stream views to compute, and how.
+
+Reads Feast's own objects (``FeatureStore``, ``StreamFeatureView``,
+``KafkaSource``, ``Aggregation``) and reduces each stream view to a
+:class:`StreamViewSpec` of plain values that Spark can ship to executors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from featureflow.errors import RepoError
+
+if TYPE_CHECKING:
+    from feast import FeatureStore, StreamFeatureView
+
+NS_PER_S = 1_000_000_000
+
+# Feast aggregation function -> featureflow.ops aggregation.
+_OPS_AGGREGATIONS = {
+    "count": "count",
+    "sum": "sum",
+    "mean": "mean",
+    "avg": "mean",
+    "min": "min",
+    "max": "max",
+    "std": "std",
+    "stddev": "std",
+    "var": "var",
+    "count_distinct": "count_distinct",
+}
+
+
+@dataclass(frozen=True)
+class AggregationSpec:
+    """One Feast ``Aggregation`` over one window.
+
+    The frame of an event at time ``t`` is every event of the same entity with
+    event time in ``[t - window_ns, t]`` (both ends included).
+    """
+
+    column: str
+    function: str  # featureflow.ops name: count, sum, mean, min, max, std, ...
+    window_ns: int
+    output_name: str  # Feast's Aggregation.resolved_name(time_window), e.g. sum_amount_3600s
+
+
+@dataclass(frozen=True)
+class StreamViewSpec:
+    """What the stream job needs of one ``StreamFeatureView``, as plain picklable values."""
+
+    name: str
+    join_key: str
+    timestamp_field: str
+    topic: str
+    bootstrap_servers: str
+    json_schema: str  # Spark DDL of the JSON events, e.g. "user_id long, amount double, ..."
+    watermark_ns: int
+    aggregations: tuple[AggregationSpec, ...]
+
+    @property
+    def windows_ns(self) -> tuple[int, ...]:
+        """The distinct windows, ascending."""
+        return tuple(sorted({agg.window_ns for agg in self.aggregations}))
+
+    @property
+    def value_columns(self) -> tuple[str, ...]:
+        """The event columns the aggregations read, in first-use order."""
+        return tuple(dict.fromkeys(agg.column for agg in self.aggregations))
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(agg.output_name for agg in self.aggregations)
+
+
+def load_store(repo_path: str | Path) -> FeatureStore:
+    """Feast's ``FeatureStore`` of the repo at ``repo_path`` (its ``feature_store.yaml``)."""
+    from feast import FeatureStore
+
+    path = Path(repo_path).resolve()
+    if not (path / "feature_store.yaml").is_file():
+        msg = f"{path} is not a Feast repo: it has no feature_store.yaml"
+        raise RepoError(msg)
+    return FeatureStore(repo_path=str(path))
+
+
+def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
+    """Reduce a Feast ``StreamFeatureView`` with a ``KafkaSource`` to a :class:`StreamViewSpec`."""
+    from feast.data_source import KafkaSource
+
+    source = view.stream_source
+    if not isinstance(source, KafkaSource):
+        msg = f"stream view {view.name!r}: featureflow reads Kafka sources, got {type(source).__name__}"
+        raise RepoError(msg)
+    join_keys = [column.name for column in view.entity_columns]
+    if len(join_keys) != 1:
+        msg = f"stream view {view.name!r}: exactly one entity join key is supported, got {join_keys}"
+        raise RepoError(msg)
+    aggregations = []
+    for aggregation in view.aggregations:
+        function = _OPS_AGGREGATIONS.get(aggregation.function)
+        if function is None:
+            msg = (
+                f"stream view {view.name!r}: aggregation function {aggregation.function!r} is not "
+                f"supported; use one of {sorted(_OPS_AGGREGATIONS)}"
+            )
+            raise RepoError(msg)
+        window = aggregation.time_window
+        if window is None or window.total_seconds() <= 0:
+            msg = f"stream view {view.name!r}: aggregation {aggregation.function}({aggregation.column}) needs a positive time_window"
+            raise RepoError(msg)
+        aggregations.append(
+            AggregationSpec(
+                column=aggregation.column,
+                function=function,
+                window_ns=round(window.total_seconds() * NS_PER_S),
+                output_name=aggregation.resolved_name(window),
+            )
+        )
+    kafka = source.kafka_options
+    watermark = kafka.watermark_delay_threshold
+    return StreamViewSpec(
+        name=view.name,
+        join_key=join_keys[0],
+        timestamp_field=view.timestamp_field or source.timestamp_field,
+        topic=kafka.topic,
+        bootstrap_servers=kafka.kafka_bootstrap_servers,
+        json_schema=kafka.message_format.schema_json,
+        watermark_ns=round(watermark.total_seconds() * NS_PER_S) if watermark else 0,
+        aggregations=tuple(aggregations),
+    )
+
+
+def stream_view_specs(store: FeatureStore, names: list[str] | None = None) -> list[StreamViewSpec]:
+    """Specs of the repo's stream views with aggregations (all, or those named)."""
+    views = {view.name: view for view in _repo_stream_views(store)}
+    if names:
+        missing = [name for name in names if name not in views]
+        if missing:
+            msg = f"no stream feature view named {missing} in the repo; it has {sorted(views)}"
+            raise RepoError(msg)
+        views = {name: views[name] for name in names}
+    specs = [stream_view_spec(view) for view in views.values() if view.aggregations]
+    if not specs:
+        msg = "the repo declares no StreamFeatureView with aggregations: nothing to compute"
+        raise RepoError(msg)
+    return specs
+
+
+def _repo_stream_views(store: FeatureStore) -> list[StreamFeatureView]:
+    # The registry, i.e. what `featureflow apply` accepted through the schema
+    # gate and what Feast serves from: the job computes exactly that.
+    views = list(store.list_stream_feature_views())
+    if not views:
+        msg = (
+            f"the registry of {store.repo_path} holds no stream feature views; run "
+            "'featureflow apply --repo <repo> --schemas <schemas>' first"
+        )
+        raise RepoError(msg)
+    return views
