@@ -1,0 +1,698 @@
+# featureflow window kernels: rolling (RANGE and sawtooth), hopping and
+# session aggregates over Arrow buffers passed by address.
+#
+# Algorithm, shared by the three functions:
+#   1. order: a stable counting sort of row ids by dense key code (one linear
+#      pass, no comparison sort), then each key's rows are checked for ts
+#      order and only unsorted keys are merge-sorted by ts (stable, so ties
+#      stay in input order).
+#   2. gather: ts and values are read in place from the caller's buffers and
+#      gathered once into key/ts order (values as float64, NaN = null).
+#   3. frames: each function walks every key's sorted rows and produces a
+#      sequence of frames [lo, hi) whose bounds never move backwards
+#      (rolling: one frame per run of equal ts; hopping: one per window;
+#      sessions: one per session).
+#   4. sliding aggregates (`Sliding`): rows enter at hi and leave at lo, so
+#      every frame costs O(rows entering + leaving): compensated running sums
+#      (sum/mean, shifted sums for var/std), monotonic deques (min/max),
+#      first/last valid pointers, and a counting hash map (count_distinct).
+#   Results are written straight into output buffers the caller allocated.
+#
+# The Python side passes one int64 "descriptor" array (by address) that holds
+# the sizes, buffer addresses and codes; its layout is documented at each
+# entry point and mirrored in src/featureflow/ops/_native.py.
+
+from std.os import abort
+from std.python import PythonObject
+from std.python.bindings import PythonModuleBuilder
+from std.collections import Dict
+from std.utils.numerics import nan, isnan
+from std.math import sqrt
+from std.memory import alloc
+
+comptime I64P = Pointer[Int64, MutUntrackedOrigin]
+comptime I32P = Pointer[Int32, MutUntrackedOrigin]
+comptime F64P = Pointer[Float64, MutUntrackedOrigin]
+comptime F32P = Pointer[Float32, MutUntrackedOrigin]
+comptime U8P = Pointer[UInt8, MutUntrackedOrigin]
+
+# value / output dtype codes (mirror _native.py)
+comptime DT_F64 = 0
+comptime DT_F32 = 1
+comptime DT_I64 = 2
+comptime DT_I32 = 3
+
+# aggregate codes (mirror _native.py)
+comptime A_COUNT = 0
+comptime A_SUM = 1
+comptime A_MEAN = 2
+comptime A_MIN = 3
+comptime A_MAX = 4
+comptime A_STD = 5
+comptime A_VAR = 6
+comptime A_FIRST = 7
+comptime A_LAST = 8
+comptime A_DISTINCT = 9
+
+
+@always_inline
+def i64p(addr: Int) -> I64P:
+    return I64P(unsafe_from_address=addr)
+
+
+@always_inline
+def f64p(addr: Int) -> F64P:
+    return F64P(unsafe_from_address=addr)
+
+
+@always_inline
+def u8p(addr: Int) -> U8P:
+    return U8P(unsafe_from_address=addr)
+
+
+def alloc_i64(n: Int) -> I64P:
+    """An uninitialised int64 buffer of max(n, 1) elements; free with unsafe_free."""
+    return alloc[Int64](max(n, 1))
+
+
+def alloc_f64(n: Int) -> F64P:
+    return alloc[Float64](max(n, 1))
+
+
+@always_inline
+def floor_div(a: Int, b: Int) -> Int:
+    """Floor division (Python semantics) for b > 0."""
+    var q = a // b
+    return q
+
+
+# ---------------------------------------------------------------------------
+# 1. order
+# ---------------------------------------------------------------------------
+
+
+@fieldwise_init
+struct Order(Movable):
+    """Rows in key/ts order: perm[unsafe_offset=p] is the input row at sorted position p;
+    key g owns sorted positions [starts[unsafe_offset=g], starts[unsafe_offset=g + 1])."""
+
+    var perm: I64P
+    var starts: I64P
+    var ngroups: Int
+
+    def __deinit__(deinit self):
+        self.perm.unsafe_free()
+        self.starts.unsafe_free()
+
+
+def merge_sort_by_ts(
+    perm: I64P,
+    scratch: I64P,
+    a: Int,
+    b: Int,
+    ts: I64P,
+):
+    """Stable bottom-up merge sort of perm[unsafe_offset=a:b] by ts[perm[unsafe_offset=.]]."""
+    var n = b - a
+    # insertion sort runs of 32 first: cheap and cache friendly
+    comptime RUN = 32
+    var s = a
+    while s < b:
+        var e = min(s + RUN, b)
+        for i in range(s + 1, e):
+            var v = perm[unsafe_offset=i]
+            var tv = ts[unsafe_offset=Int(v)]
+            var j = i - 1
+            while j >= s and ts[unsafe_offset=Int(perm[unsafe_offset=j])] > tv:
+                perm[unsafe_offset=j + 1] = perm[unsafe_offset=j]
+                j -= 1
+            perm[unsafe_offset=j + 1] = v
+        s = e
+    var width = RUN
+    var src = perm
+    var dst = scratch
+    var in_scratch = False
+    while width < n:
+        var lo = a
+        while lo < b:
+            var mid = min(lo + width, b)
+            var hi = min(lo + 2 * width, b)
+            var i = lo
+            var j = mid
+            var k = lo
+            while i < mid and j < hi:
+                if ts[unsafe_offset=Int(src[unsafe_offset=j])] < ts[unsafe_offset=Int(src[unsafe_offset=i])]:
+                    dst[unsafe_offset=k] = src[unsafe_offset=j]
+                    j += 1
+                else:
+                    dst[unsafe_offset=k] = src[unsafe_offset=i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[unsafe_offset=k] = src[unsafe_offset=i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[unsafe_offset=k] = src[unsafe_offset=j]
+                j += 1
+                k += 1
+            lo = hi
+        var t = src
+        src = dst
+        dst = t
+        in_scratch = not in_scratch
+        width *= 2
+    if in_scratch:
+        for i in range(a, b):
+            perm[unsafe_offset=i] = scratch[unsafe_offset=i]
+
+
+def order_rows(n: Int, ts: I64P, codes_addr: Int, ngroups: Int) -> Order:
+    """Stable counting sort by key code, then ts order inside each key."""
+    var g = ngroups if codes_addr != 0 else 1
+    var perm = alloc_i64(max(n, 1))
+    var starts = alloc_i64(g + 1)
+    if codes_addr == 0:
+        for i in range(n):
+            perm[unsafe_offset=i] = Int64(i)
+        starts[unsafe_offset=0] = 0
+        starts[unsafe_offset=1] = Int64(n)
+    else:
+        var codes = I32P(unsafe_from_address=codes_addr)
+        for k in range(g + 1):
+            starts[unsafe_offset=k] = 0
+        for i in range(n):
+            starts[unsafe_offset=Int(codes[unsafe_offset=i]) + 1] += 1
+        for k in range(g):
+            starts[unsafe_offset=k + 1] += starts[unsafe_offset=k]
+        # starts[unsafe_offset=k] is now the first slot of key k; use a cursor copy
+        var cursor = alloc_i64(max(g, 1))
+        for k in range(g):
+            cursor[unsafe_offset=k] = starts[unsafe_offset=k]
+        for i in range(n):
+            var c = Int(codes[unsafe_offset=i])
+            perm[unsafe_offset=Int(cursor[unsafe_offset=c])] = Int64(i)
+            cursor[unsafe_offset=c] += 1
+        cursor.unsafe_free()
+    # sort only the keys whose rows are not already in ts order
+    var scratch = Optional[I64P](None)
+    for k in range(g):
+        var a = Int(starts[unsafe_offset=k])
+        var b = Int(starts[unsafe_offset=k + 1])
+        var sorted = True
+        for p in range(a + 1, b):
+            if ts[unsafe_offset=Int(perm[unsafe_offset=p])] < ts[unsafe_offset=Int(perm[unsafe_offset=p - 1])]:
+                sorted = False
+                break
+        if not sorted:
+            if not scratch:
+                scratch = alloc_i64(max(n, 1))
+            merge_sort_by_ts(perm, scratch.value(), a, b, ts)
+    if scratch:
+        scratch.value().unsafe_free()
+    return Order(perm, starts, g)
+
+
+# ---------------------------------------------------------------------------
+# 2. gather
+# ---------------------------------------------------------------------------
+
+
+def load_value(vaddr: Int, dtype: Int, i: Int) -> Float64:
+    if dtype == DT_F64:
+        return F64P(unsafe_from_address=vaddr)[unsafe_offset=i]
+    if dtype == DT_F32:
+        return Float64(F32P(unsafe_from_address=vaddr)[unsafe_offset=i])
+    if dtype == DT_I64:
+        return Float64(I64P(unsafe_from_address=vaddr)[unsafe_offset=i])
+    return Float64(I32P(unsafe_from_address=vaddr)[unsafe_offset=i])
+
+
+def gather(
+    n: Int,
+    perm: I64P,
+    ts: I64P,
+    vaddr: Int,
+    dtype: Int,
+    valid_addr: Int,
+    valid_off: Int,
+    sts: I64P,
+    svals: F64P,
+):
+    """Sorted ts and float64 values (null and NaN both become NaN)."""
+    var nanv = nan[DType.float64]()
+    for p in range(n):
+        var i = Int(perm[unsafe_offset=p])
+        sts[unsafe_offset=p] = ts[unsafe_offset=i]
+    if vaddr == 0:
+        for p in range(n):
+            svals[unsafe_offset=p] = 0.0
+        return
+    for p in range(n):
+        var i = Int(perm[unsafe_offset=p])
+        var v = load_value(vaddr, dtype, i)
+        if valid_addr != 0:
+            var bit = valid_off + i
+            var byte = U8P(unsafe_from_address=valid_addr)[unsafe_offset=bit >> 3]
+            if ((byte >> UInt8(bit & 7)) & 1) == 0:
+                v = nanv
+        svals[unsafe_offset=p] = v
+
+
+# ---------------------------------------------------------------------------
+# 3./4. sliding aggregates over monotone frames
+# ---------------------------------------------------------------------------
+
+
+@always_inline
+def store(addr: Int, dtype: Int, row: Int, v: Float64):
+    if dtype == DT_F64:
+        F64P(unsafe_from_address=addr)[unsafe_offset=row] = v
+    elif dtype == DT_F32:
+        F32P(unsafe_from_address=addr)[unsafe_offset=row] = Float32(v)
+    elif dtype == DT_I64:
+        I64P(unsafe_from_address=addr)[unsafe_offset=row] = Int64(v)
+    else:
+        I32P(unsafe_from_address=addr)[unsafe_offset=row] = Int32(v)
+
+
+@always_inline
+def set_valid(addr: Int, row: Int):
+    var p = U8P(unsafe_from_address=addr)
+    p[unsafe_offset=row >> 3] = p[unsafe_offset=row >> 3] | (UInt8(1) << UInt8(row & 7))
+
+
+@fieldwise_init
+struct Column(Copyable, Movable):
+    var agg: Int
+    var data: Int
+    var valid: Int  # 0 when the column has no validity bitmap (count)
+    var dtype: Int
+
+
+struct Sliding(Movable):
+    """Aggregates of svals[lo:hi) for frames whose bounds never decrease."""
+
+    var svals: F64P
+    var cols: List[Column]
+    var need_sum: Bool
+    var need_sq: Bool
+    var need_min: Bool
+    var need_max: Bool
+    var need_first: Bool
+    var need_last: Bool
+    var need_distinct: Bool
+    var lo: Int
+    var hi: Int
+    var count: Int
+    # Neumaier-compensated sums; s1/s2 are of (x - shift) for var/std
+    var sum: Float64
+    var sum_c: Float64
+    var shift: Float64
+    var s1: Float64
+    var s1_c: Float64
+    var s2: Float64
+    var s2_c: Float64
+    var shift_set: Bool
+    var qmin: I64P
+    var qmin_h: Int
+    var qmin_t: Int
+    var qmax: I64P
+    var qmax_h: Int
+    var qmax_t: Int
+    var first: Int
+    var last: Int
+    var distinct: Dict[Int, Int]
+
+    def __init__(
+        out self,
+        svals: F64P,
+        n: Int,
+        var cols: List[Column],
+    ):
+        self.svals = svals
+        self.need_sum = False
+        self.need_sq = False
+        self.need_min = False
+        self.need_max = False
+        self.need_first = False
+        self.need_last = False
+        self.need_distinct = False
+        for c in cols:
+            if c.agg == A_SUM or c.agg == A_MEAN:
+                self.need_sum = True
+            elif c.agg == A_STD or c.agg == A_VAR:
+                self.need_sq = True
+            elif c.agg == A_MIN:
+                self.need_min = True
+            elif c.agg == A_MAX:
+                self.need_max = True
+            elif c.agg == A_FIRST:
+                self.need_first = True
+            elif c.agg == A_LAST:
+                self.need_last = True
+            elif c.agg == A_DISTINCT:
+                self.need_distinct = True
+        self.cols = cols^
+        var qn = max(n, 1) if self.need_min else 1
+        self.qmin = alloc_i64(qn)
+        qn = max(n, 1) if self.need_max else 1
+        self.qmax = alloc_i64(qn)
+        self.distinct = Dict[Int, Int]()
+        self.lo = 0
+        self.hi = 0
+        self.count = 0
+        self.sum = 0.0
+        self.sum_c = 0.0
+        self.shift = 0.0
+        self.s1 = 0.0
+        self.s1_c = 0.0
+        self.s2 = 0.0
+        self.s2_c = 0.0
+        self.shift_set = False
+        self.qmin_h = 0
+        self.qmin_t = 0
+        self.qmax_h = 0
+        self.qmax_t = 0
+        self.first = 0
+        self.last = -1
+
+    def __deinit__(deinit self):
+        self.qmin.unsafe_free()
+        self.qmax.unsafe_free()
+
+    def reset(mut self, start: Int):
+        """Start a new key whose rows begin at sorted position `start`."""
+        self.lo = start
+        self.hi = start
+        self.count = 0
+        self.sum = 0.0
+        self.sum_c = 0.0
+        self.s1 = 0.0
+        self.s1_c = 0.0
+        self.s2 = 0.0
+        self.s2_c = 0.0
+        self.shift_set = False
+        self.qmin_h = 0
+        self.qmin_t = 0
+        self.qmax_h = 0
+        self.qmax_t = 0
+        self.first = start
+        self.last = start - 1
+        if self.need_distinct:
+            self.distinct.clear()
+
+    @always_inline
+    @staticmethod
+    def kadd(mut s: Float64, mut c: Float64, x: Float64):
+        """Neumaier compensated s += x (c carries the lost low bits)."""
+        var t = s + x
+        if abs(s) >= abs(x):
+            c += (s - t) + x
+        else:
+            c += (x - t) + s
+        s = t
+
+    def add(mut self, p: Int):
+        var v = self.svals[unsafe_offset=p]
+        if isnan(v):
+            return
+        self.count += 1
+        if self.need_sum:
+            Self.kadd(self.sum, self.sum_c, v)
+        if self.need_sq:
+            if not self.shift_set:
+                # shifting by a value of the data keeps s2 - s1^2/n free of
+                # catastrophic cancellation when values share a large offset
+                self.shift = v
+                self.shift_set = True
+            var d = v - self.shift
+            Self.kadd(self.s1, self.s1_c, d)
+            Self.kadd(self.s2, self.s2_c, d * d)
+        if self.need_min:
+            while self.qmin_t > self.qmin_h and self.svals[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_t - 1])] >= v:
+                self.qmin_t -= 1
+            self.qmin[unsafe_offset=self.qmin_t] = Int64(p)
+            self.qmin_t += 1
+        if self.need_max:
+            while self.qmax_t > self.qmax_h and self.svals[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_t - 1])] <= v:
+                self.qmax_t -= 1
+            self.qmax[unsafe_offset=self.qmax_t] = Int64(p)
+            self.qmax_t += 1
+        if self.need_last:
+            self.last = p
+        if self.need_distinct:
+            var k = Int(bitcast_key(v))
+            var c = self.distinct.get(k, 0)
+            self.distinct[k] = c + 1
+
+    def remove(mut self, p: Int):
+        var v = self.svals[unsafe_offset=p]
+        if isnan(v):
+            return
+        self.count -= 1
+        if self.count == 0:
+            # an empty frame: restart sums exactly instead of carrying noise
+            self.sum = 0.0
+            self.sum_c = 0.0
+            self.s1 = 0.0
+            self.s1_c = 0.0
+            self.s2 = 0.0
+            self.s2_c = 0.0
+            self.shift_set = False
+        else:
+            if self.need_sum:
+                Self.kadd(self.sum, self.sum_c, -v)
+            if self.need_sq:
+                var d = v - self.shift
+                Self.kadd(self.s1, self.s1_c, -d)
+                Self.kadd(self.s2, self.s2_c, -(d * d))
+        if self.need_distinct:
+            var k = Int(bitcast_key(v))
+            var c = self.distinct.get(k, 0)
+            if c <= 1:
+                _ = self.distinct.pop(k, 0)
+            else:
+                self.distinct[k] = c - 1
+
+    def move_to(mut self, lo: Int, hi: Int):
+        """Move the frame to [lo, hi); requires lo >= self.lo, hi >= self.hi."""
+        while self.hi < hi:
+            self.add(self.hi)
+            self.hi += 1
+        while self.lo < lo:
+            self.remove(self.lo)
+            self.lo += 1
+        if self.need_min:
+            while self.qmin_h < self.qmin_t and Int(self.qmin[unsafe_offset=self.qmin_h]) < lo:
+                self.qmin_h += 1
+        if self.need_max:
+            while self.qmax_h < self.qmax_t and Int(self.qmax[unsafe_offset=self.qmax_h]) < lo:
+                self.qmax_h += 1
+        if self.need_first:
+            if self.first < lo:
+                self.first = lo
+            while self.first < hi and isnan(self.svals[unsafe_offset=self.first]):
+                self.first += 1
+
+    def emit(self, row: Int):
+        """Write the current frame's aggregates to output row `row`."""
+        for ref c in self.cols:
+            var has = True
+            var v: Float64 = 0.0
+            if c.agg == A_COUNT:
+                v = Float64(self.count)
+            elif c.agg == A_SUM:
+                has = self.count > 0
+                v = self.sum + self.sum_c
+            elif c.agg == A_MEAN:
+                has = self.count > 0
+                v = (self.sum + self.sum_c) / Float64(self.count) if has else 0.0
+            elif c.agg == A_MIN:
+                has = self.qmin_t > self.qmin_h
+                if has:
+                    v = self.svals[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_h])]
+            elif c.agg == A_MAX:
+                has = self.qmax_t > self.qmax_h
+                if has:
+                    v = self.svals[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_h])]
+            elif c.agg == A_STD or c.agg == A_VAR:
+                has = self.count > 1
+                if has:
+                    var nn = Float64(self.count)
+                    var s1 = self.s1 + self.s1_c
+                    var s2 = self.s2 + self.s2_c
+                    v = (s2 - s1 * s1 / nn) / (nn - 1.0)
+                    if v < 0.0:
+                        v = 0.0
+                    if c.agg == A_STD:
+                        v = sqrt(v)
+            elif c.agg == A_FIRST:
+                has = self.first < self.hi
+                if has:
+                    v = self.svals[unsafe_offset=self.first]
+            elif c.agg == A_LAST:
+                has = self.last >= self.lo
+                if has:
+                    v = self.svals[unsafe_offset=self.last]
+            else:
+                v = Float64(len(self.distinct))
+            if has:
+                store(c.data, c.dtype, row, v)
+                if c.valid != 0:
+                    set_valid(c.valid, row)
+            else:
+                store(c.data, c.dtype, row, 0.0)
+
+
+@always_inline
+def bitcast_key(v: Float64) -> UInt64:
+    # -0.0 and 0.0 are the same value
+    var x = v + 0.0
+    return SIMD[DType.float64, 1](x).to_bits[DType.uint64]()
+
+
+# ---------------------------------------------------------------------------
+# descriptor helpers
+# ---------------------------------------------------------------------------
+
+
+@fieldwise_init
+struct Inputs(Movable):
+    var n: Int
+    var ts: I64P
+    var vaddr: Int
+    var dtype: Int
+    var valid_addr: Int
+    var valid_off: Int
+    var codes: Int
+    var ngroups: Int
+
+
+comptime HEADER = 8
+
+
+def read_inputs(d: I64P) -> Inputs:
+    """Descriptor words 0..7: n, ts addr, values addr (0: none), value dtype,
+    values validity addr (0: none), validity bit offset, int32 key codes
+    addr (0: unkeyed), number of keys."""
+    return Inputs(
+        Int(d[unsafe_offset=0]),
+        I64P(unsafe_from_address=Int(d[unsafe_offset=1])),
+        Int(d[unsafe_offset=2]),
+        Int(d[unsafe_offset=3]),
+        Int(d[unsafe_offset=4]),
+        Int(d[unsafe_offset=5]),
+        Int(d[unsafe_offset=6]),
+        Int(d[unsafe_offset=7]),
+    )
+
+
+def read_columns(d: I64P, at: Int, count: Int) -> List[Column]:
+    """`count` columns of 4 words each: agg code, data addr, validity addr, dtype."""
+    var cols = List[Column]()
+    for c in range(count):
+        var b = at + 4 * c
+        cols.append(
+            Column(
+                Int(d[unsafe_offset=b]),
+                Int(d[unsafe_offset=b + 1]),
+                Int(d[unsafe_offset=b + 2]),
+                Int(d[unsafe_offset=b + 3]),
+            )
+        )
+    return cols^
+
+
+def clear_validity(cols: List[Column], rows: Int):
+    for ref c in cols:
+        if c.valid != 0:
+            var p = U8P(unsafe_from_address=c.valid)
+            for i in range((rows + 7) // 8):
+                p[unsafe_offset=i] = 0
+
+
+@fieldwise_init
+struct Sorted(Movable):
+    var order: Order
+    var sts: I64P
+    var svals: F64P
+
+    def __deinit__(deinit self):
+        self.sts.unsafe_free()
+        self.svals.unsafe_free()
+
+
+def sort_inputs(inp: Inputs) -> Sorted:
+    var order = order_rows(inp.n, inp.ts, inp.codes, inp.ngroups)
+    var sts = alloc_i64(max(inp.n, 1))
+    var svals = alloc_f64(max(inp.n, 1))
+    gather(
+        inp.n, order.perm, inp.ts, inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, sts, svals
+    )
+    return Sorted(order^, sts, svals)
+
+
+# ---------------------------------------------------------------------------
+# rolling
+# ---------------------------------------------------------------------------
+
+
+def rolling(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: header (see read_inputs), then nwin, hop (0: RANGE frame),
+    naggs, nwin window lengths (ns), then nwin * naggs columns (window-major).
+    Frame of a row at time t: rows of its key with lower <= ts <= t, where
+    lower = t - W, or floor((t - W) / hop) * hop with a hop."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var hop = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var wat = HEADER + 3
+    var cat = wat + nwin
+    var n = inp.n
+    if n == 0:
+        return PythonObject(0)
+    var s = sort_inputs(inp)
+    var perm = s.order.perm
+    var starts = s.order.starts
+    var sts = s.sts
+    for w in range(nwin):
+        var width = Int(d[unsafe_offset=wat + w])
+        var cols = read_columns(d, cat + 4 * naggs * w, naggs)
+        clear_validity(cols, n)
+        var sl = Sliding(s.svals, n, cols^)
+        for g in range(s.order.ngroups):
+            var a = Int(starts[unsafe_offset=g])
+            var b = Int(starts[unsafe_offset=g + 1])
+            sl.reset(a)
+            var lo = a
+            var p = a
+            while p < b:
+                var t = Int(sts[unsafe_offset=p])
+                # the run of rows sharing ts t all see the same frame
+                var e = p + 1
+                while e < b and Int(sts[unsafe_offset=e]) == t:
+                    e += 1
+                var lower = t - width
+                if hop > 0:
+                    lower = floor_div(lower, hop) * hop
+                while lo < e and Int(sts[unsafe_offset=lo]) < lower:
+                    lo += 1
+                sl.move_to(lo, e)
+                for q in range(p, e):
+                    sl.emit(Int(perm[unsafe_offset=q]))
+                p = e
+    return PythonObject(n)
+
+
+@export
+def PyInit_kernels() abi("C") -> PythonObject:
+    try:
+        var m = PythonModuleBuilder("kernels")
+        m.def_function[rolling](
+            "rolling", docstring="Rolling window aggregates; see kernels.mojo."
+        )
+        return m.finalize()
+    except e:
+        abort(String("featureflow: failed to create the kernels module: ", e))

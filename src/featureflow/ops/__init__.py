@@ -1,0 +1,96 @@
+"""featureflow.ops: rolling, hopping and session window aggregates.
+
+Times are int64 nanoseconds (or any Arrow timestamp type); durations are
+strings (``"500ns"``, ``"250ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"1d"``),
+ints (ns) or ``timedelta``. Rows may come in any order; ``keys`` (integers
+or strings) split them into entities. Nulls and NaN values are skipped
+(SQL semantics). The work is done by compiled Mojo kernels reading the Arrow
+buffers in place, or by the numpy reference when those are not available
+(see `backend`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Literal
+
+import pyarrow as pa
+
+from featureflow.ops import _backend, _inputs, _tables
+from featureflow.ops._aggs import AGGS, parse_aggs
+from featureflow.ops._durations import duration_ns
+
+__all__ = ["AGGS", "backend", "backend_reason", "describe", "rolling"]
+
+
+def backend() -> Literal["mojo", "numpy"]:
+    """``"mojo"`` when the compiled kernels are in use, ``"numpy"`` for the reference."""
+    return _backend.current().backend.name
+
+
+def backend_reason() -> str:
+    """Where the kernels were loaded from, or why the numpy fallback is used."""
+    return _backend.current().reason
+
+
+def describe() -> dict[str, str]:
+    """Facts for ``featureflow doctor``: backend, reason, Mojo version, kernel library."""
+    from featureflow.ops import _native
+
+    choice = _backend.current()
+    info = _native.build_info()
+    try:
+        installed = importlib.metadata.version("mojo")
+    except importlib.metadata.PackageNotFoundError:
+        installed = "not installed"
+    return {
+        "backend": choice.backend.name,
+        "reason": choice.reason,
+        "mojo_version": info.get("mojo_version", installed),
+        "library": choice.library or "",
+    }
+
+
+def rolling(
+    ts: object,
+    values: object,
+    windows: object,
+    aggs: object,
+    keys: object = None,
+    hop: object = None,
+) -> pa.Table:
+    """Rolling aggregates: one output row per input row, in input order.
+
+    The frame of row i is every row j of the same key with
+    ``ts[i] - W <= ts[j] <= ts[i]`` (SQL ``RANGE BETWEEN W PRECEDING AND
+    CURRENT ROW``: rows with an equal ts are in each other's frame). With
+    ``hop`` the frame is the sawtooth ``floor((ts[i] - W) / hop) * hop <=
+    ts[j] <= ts[i]`` used by tiled feature stores. All bounds are in ns.
+
+    Args:
+        ts: event times, int64 ns or an Arrow timestamp array; no nulls.
+        values: float64, float32, int64 or int32; nulls and NaN are skipped.
+        windows: one duration W or a list of them, all computed in one call.
+        aggs: names from `AGGS`.
+        keys: optional entity per row (integers or strings).
+        hop: optional duration; switches to the sawtooth frame.
+
+    Returns:
+        A table with column ``f"{agg}_{window}"`` (window as written by the
+        caller) for every window and agg, window-major. count and
+        count_distinct are int64; min/max/first/last keep the value type;
+        the others are float64. A frame without a non-null value gives null
+        (std/var: fewer than two values).
+
+    Raises:
+        TypeError, ValueError: naming the argument that is wrong.
+    """
+    s = _inputs.series(ts, values, keys)
+    wins = _inputs.windows(windows)
+    names = parse_aggs(aggs)
+    hop_ns = None if hop is None else duration_ns(hop, "hop")
+    columns = _tables.allocate(
+        [(f"{agg}_{label}", agg) for label, _ in wins for agg in names], s.values.type, s.n
+    )
+    _backend.current().backend.rolling(s, [ns for _, ns in wins], hop_ns, names, columns)
+    return _tables.table(columns, s.n)

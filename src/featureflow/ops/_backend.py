@@ -1,0 +1,76 @@
+"""Choosing the backend: the Mojo kernels when they load, else the numpy reference.
+
+``FEATUREFLOW_BACKEND=numpy`` forces the reference; ``=mojo`` makes a load
+failure an error instead of a silent fallback; unset (or ``auto``) tries Mojo
+first. The choice is made once, on first use, so importing
+`featureflow.ops` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from featureflow.ops._inputs import Series
+from featureflow.ops._tables import OutputColumn
+
+BackendName = Literal["mojo", "numpy"]
+ENV_VAR = "FEATUREFLOW_BACKEND"
+
+
+class Backend(Protocol):
+    @property
+    def name(self) -> BackendName: ...
+
+    def rolling(
+        self,
+        s: Series,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: Backend
+    reason: str
+    library: str | None
+
+
+_choice: Choice | None = None
+
+
+def _choose() -> Choice:
+    from featureflow.ops import _native, _reference
+
+    wanted = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    if wanted not in ("auto", "mojo", "numpy"):
+        msg = f"{ENV_VAR}={wanted!r}: expected 'mojo', 'numpy' or 'auto'"
+        raise ValueError(msg)
+    if wanted == "numpy":
+        return Choice(_reference.ReferenceBackend(), f"forced by {ENV_VAR}=numpy", None)
+    try:
+        module = _native.load()
+    except _native.NativeLoadError as exc:
+        if wanted == "mojo":
+            raise
+        return Choice(_reference.ReferenceBackend(), f"Mojo kernels unavailable: {exc}", None)
+    path = str(_native.library_path())
+    return Choice(_native.NativeBackend(module), f"Mojo kernels loaded from {path}", path)
+
+
+def current() -> Choice:
+    """The backend in use, chosen (and the kernels loaded) on first call."""
+    global _choice
+    if _choice is None:
+        _choice = _choose()
+    return _choice
+
+
+def reset() -> None:
+    """Forget the choice so the next call re-reads the environment (tests)."""
+    global _choice
+    _choice = None

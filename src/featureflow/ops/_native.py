@@ -1,0 +1,138 @@
+"""Loader and bindings of the compiled Mojo kernels (``_native/kernels.so``).
+
+The extension's RUNPATH points at the venv it was built in, so the Mojo
+runtime libraries shipped next to it are preloaded with ``RTLD_GLOBAL``
+first: that makes the package work wherever it is installed (Spark workers,
+other machines). Each kernel takes the address of one int64 descriptor
+array holding sizes, buffer addresses and codes; the layout is documented in
+``mojo_ops/kernels.mojo`` (``read_inputs``, ``rolling``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+
+from featureflow.errors import FeatureflowError
+from featureflow.ops._aggs import CODES
+from featureflow.ops._inputs import VALUE_TYPES, Series
+from featureflow.ops._tables import OutputColumn
+
+NATIVE_DIR = Path(__file__).with_name("_native")
+MODULE_NAME = "kernels"
+# dependency order: KGENCompilerRTShared needs the two others
+RUNTIME_LIBS = (
+    "libMSupportGlobals.so",
+    "libAsyncRTRuntimeGlobals.so",
+    "libKGENCompilerRTShared.so",
+)
+BUILD_INFO = "build_info.json"
+
+
+class NativeLoadError(FeatureflowError, ImportError):
+    """The compiled Mojo kernels could not be loaded; run ``make kernels``."""
+
+
+def library_path() -> Path:
+    return NATIVE_DIR / f"{MODULE_NAME}.so"
+
+
+def build_info() -> dict[str, str]:
+    """What scripts/build_kernels.py recorded (mojo version, source hash), if present."""
+    try:
+        data = json.loads((NATIVE_DIR / BUILD_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()}
+
+
+def load() -> ModuleType:
+    """Preload the Mojo runtime, then import the extension from ``_native/``."""
+    path = library_path()
+    if not path.is_file():
+        msg = (
+            f"compiled kernels not found at {path}; build them with "
+            "`make kernels` (python scripts/build_kernels.py)"
+        )
+        raise NativeLoadError(msg)
+    try:
+        for lib in RUNTIME_LIBS:
+            ctypes.CDLL(str(NATIVE_DIR / lib), mode=ctypes.RTLD_GLOBAL)
+        loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
+        spec = importlib.util.spec_from_file_location(MODULE_NAME, path, loader=loader)
+        if spec is None:
+            msg = f"cannot create an import spec for {path}"
+            raise NativeLoadError(msg)
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except OSError as exc:
+        msg = f"cannot load the Mojo kernels or their runtime from {NATIVE_DIR}: {exc}"
+        raise NativeLoadError(msg) from exc
+    return module
+
+
+def _address(arr: pa.Array, index: int) -> int:
+    buf = arr.buffers()[index]
+    return 0 if buf is None else int(buf.address)
+
+
+def _header(s: Series) -> list[int]:
+    """Descriptor words 0..7 (see ``read_inputs`` in kernels.mojo): buffers by address."""
+    width = s.values.type.byte_width
+    codes = 0 if s.codes is None else int(s.codes.ctypes.data)
+    return [
+        s.n,
+        _address(s.ts, 1) + s.ts.offset * 8,
+        _address(s.values, 1) + s.values.offset * width,
+        VALUE_TYPES[s.values.type],
+        _address(s.values, 0),
+        s.values.offset,
+        codes,
+        s.ngroups,
+    ]
+
+
+def _column_words(columns: list[OutputColumn]) -> list[int]:
+    words: list[int] = []
+    for c in columns:
+        validity = 0 if c.validity is None else int(c.validity.address)
+        words += [CODES[c.agg], int(c.data.address), validity, VALUE_TYPES[c.type]]
+    return words
+
+
+class NativeBackend:
+    """The Mojo kernels behind the backend interface of `featureflow.ops._backend`."""
+
+    name: Final = "mojo"
+
+    def __init__(self, module: ModuleType) -> None:
+        self._kernels = module
+
+    def _call(self, kernel: str, words: list[int]) -> int:
+        desc = np.array(words, dtype=np.int64)
+        try:
+            return int(getattr(self._kernels, kernel)(desc.ctypes.data))
+        except Exception as exc:  # the extension raises plain Exception
+            text = str(exc)
+            if text.startswith("ValueError: "):
+                raise ValueError(text.removeprefix("ValueError: ")) from None
+            raise
+
+    def rolling(
+        self,
+        s: Series,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None:
+        words = [*_header(s), len(windows), hop or 0, len(aggs), *windows]
+        self._call("rolling", words + _column_words(columns))

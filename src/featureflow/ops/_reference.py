@@ -1,0 +1,200 @@
+"""The numpy reference backend: fallback when the Mojo kernels are missing, and oracle.
+
+It follows the same plan as the kernels, written for clarity rather than
+speed: rows are put in (key, ts) order with a stable sort (ties keep input
+order), every function turns each key's rows into frames ``[lo, hi)`` of
+sorted positions, and `frame_aggregates` computes every aggregate of every
+frame with prefix sums (count, sum, mean, shifted sums for var/std), sparse
+tables (min/max), next/previous valid pointers (first/last) and a sliding
+counter (count_distinct).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from featureflow.ops._inputs import Series
+from featureflow.ops._tables import OutputColumn
+
+
+@dataclass(frozen=True)
+class Sorted:
+    """Rows in (key, ts) order: ``perm[p]`` is the input row at sorted position p."""
+
+    perm: np.ndarray
+    ts: np.ndarray
+    values: np.ndarray  # float64, NaN for null
+    starts: np.ndarray  # key g owns sorted positions [starts[g], starts[g + 1])
+
+
+def sort_rows(s: Series) -> Sorted:
+    ts = s.ts.to_numpy(zero_copy_only=False)
+    vals = s.values.cast("float64").fill_null(np.nan).to_numpy(zero_copy_only=False)
+    if s.codes is None:
+        perm = np.argsort(ts, kind="stable")
+        starts = np.array([0, s.n], dtype=np.int64)
+    else:
+        perm = np.lexsort((ts, s.codes))  # stable: ties keep input order
+        counts = np.bincount(s.codes, minlength=s.ngroups)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return Sorted(perm, ts[perm], vals[perm], starts)
+
+
+def _range_reduce(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """op-reduction of x[lo:hi] for every frame (hi > lo) with a sparse table."""
+    out = np.empty(len(lo), dtype=x.dtype)
+    if len(lo) == 0:
+        return out
+    length = hi - lo
+    level = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+    table = x
+    for k in range(int(level.max()) + 1):
+        if k:
+            half = 1 << (k - 1)
+            table = op(table[:-half], table[half:])
+        sel = level == k
+        if sel.any():
+            out[sel] = op(table[lo[sel]], table[hi[sel] - (1 << k)])
+    return out
+
+
+def _sliding_distinct(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Distinct non-NaN values of each frame; frames must be monotone (lo, hi nondecreasing)."""
+    counts: Counter[float] = Counter()
+    out = np.zeros(len(lo), dtype=np.int64)
+    cur_lo = cur_hi = 0
+    for f in range(len(lo)):
+        while cur_hi < hi[f]:
+            v = values[cur_hi]
+            if v == v:
+                counts[v + 0.0] += 1
+            cur_hi += 1
+        while cur_lo < lo[f]:
+            v = values[cur_lo]
+            if v == v:
+                counts[v + 0.0] -= 1
+                if not counts[v + 0.0]:
+                    del counts[v + 0.0]
+            cur_lo += 1
+        out[f] = len(counts)
+    return out
+
+
+def frame_aggregates(
+    srt: Sorted, lo: np.ndarray, hi: np.ndarray, aggs: list[str]
+) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Every agg of every frame ``[lo, hi)`` of sorted positions: (values, valid mask)."""
+    v = srt.values
+    valid = ~np.isnan(v)
+    zero = np.zeros(1)
+    count = np.concatenate([[0], np.cumsum(valid)])
+    cnt = count[hi] - count[lo]
+    out: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+    clean = np.where(valid, v, 0.0)
+    if {"sum", "mean"} & set(aggs):
+        psum = np.concatenate([zero, np.cumsum(clean)])
+        total = psum[hi] - psum[lo]
+        out["sum"] = (total, cnt > 0)
+        out["mean"] = (total / np.maximum(cnt, 1), cnt > 0)
+    if {"std", "var"} & set(aggs):
+        # shift each key's values by its first valid value: no cancellation
+        # when values share a large offset
+        seg = np.repeat(np.arange(len(srt.starts) - 1), np.diff(srt.starts))
+        first_valid = (
+            np.minimum.reduceat(np.where(valid, np.arange(len(v)), len(v)), srt.starts[:-1])
+            if len(v)
+            else np.zeros(0, dtype=np.int64)
+        )
+        shift = np.where(first_valid < len(v), v[np.minimum(first_valid, max(len(v) - 1, 0))], 0.0)
+        d = np.where(valid, v - shift[seg], 0.0) if len(v) else v
+        s1 = np.concatenate([zero, np.cumsum(d)])
+        s2 = np.concatenate([zero, np.cumsum(d * d)])
+        a1 = s1[hi] - s1[lo]
+        a2 = s2[hi] - s2[lo]
+        n = np.maximum(cnt, 2).astype(np.float64)
+        var = np.maximum((a2 - a1 * a1 / n) / (n - 1.0), 0.0)
+        out["var"] = (var, cnt > 1)
+        out["std"] = (np.sqrt(var), cnt > 1)
+    if "min" in aggs:
+        out["min"] = (_range_reduce(np.where(valid, v, np.inf), lo, hi, np.minimum), cnt > 0)
+    if "max" in aggs:
+        out["max"] = (_range_reduce(np.where(valid, v, -np.inf), lo, hi, np.maximum), cnt > 0)
+    idx = np.arange(len(v))
+    if "first" in aggs:
+        nxt = np.minimum.accumulate(np.where(valid, idx, len(v))[::-1])[::-1]
+        pos = np.concatenate([nxt, [len(v)]])[lo]
+        has = pos < hi
+        out["first"] = (np.where(has, np.concatenate([v, zero])[pos], 0.0), has)
+    if "last" in aggs:
+        prv = np.maximum.accumulate(np.where(valid, idx, -1)) if len(v) else idx
+        pos = prv[np.maximum(hi - 1, 0)] if len(v) else hi
+        has = (pos >= lo) & (hi > lo)
+        out["last"] = (np.where(has, v[np.maximum(pos, 0)] if len(v) else 0.0, 0.0), has)
+    out["count"] = (cnt, None)
+    if "count_distinct" in aggs:
+        out["count_distinct"] = (_sliding_distinct(v, lo, hi), None)
+    return out
+
+
+def _write(
+    columns: list[OutputColumn],
+    results: dict[str, tuple[np.ndarray, np.ndarray | None]],
+    rows: np.ndarray | None,
+) -> None:
+    """Write results for frames into columns, scattering frame f to row rows[f] if given."""
+    for c in columns:
+        vals, valid = results[c.agg]
+        vals = np.where(valid, vals, 0) if valid is not None else vals
+        vals = vals.astype(c.type.to_pandas_dtype())
+        if rows is not None:
+            scattered = np.empty_like(vals)
+            scattered[rows] = vals
+            vals = scattered
+            if valid is not None:
+                mask = np.empty_like(valid)
+                mask[rows] = valid
+                valid = mask
+        c.write(vals, valid)
+
+
+def rolling_frames(srt: Sorted, window: int, hop: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per sorted row at time t: lo = first row of its key with ts >= lower, hi = past
+    the last row of its key with ts == t, where lower = t - W or, with a hop, the
+    sawtooth floor((t - W) / hop) * hop."""
+    n = len(srt.ts)
+    lo = np.empty(n, dtype=np.int64)
+    hi = np.empty(n, dtype=np.int64)
+    lower = srt.ts - window
+    if hop:
+        lower = (lower // hop) * hop
+    for a, b in zip(srt.starts[:-1], srt.starts[1:], strict=True):
+        seg = srt.ts[a:b]
+        lo[a:b] = a + np.searchsorted(seg, lower[a:b], side="left")
+        hi[a:b] = a + np.searchsorted(seg, seg, side="right")
+    return lo, hi
+
+
+class ReferenceBackend:
+    """Pure numpy implementation of the backend interface."""
+
+    name: Final = "numpy"
+
+    def rolling(
+        self,
+        s: Series,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None:
+        if s.n == 0:
+            return
+        srt = sort_rows(s)
+        for w, window in enumerate(windows):
+            lo, hi = rolling_frames(srt, window, hop)
+            results = frame_aggregates(srt, lo, hi, aggs)
+            _write(columns[w * len(aggs) : (w + 1) * len(aggs)], results, srt.perm)

@@ -1,0 +1,43 @@
+"""DuckDB as the independent oracle for the window functions."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+# first/last: by ts, ties by input order (rid), nulls skipped
+SQL_AGG = {
+    "count": "count(v)",
+    "sum": "sum(v)",
+    "mean": "avg(v)",
+    "min": "min(v)",
+    "max": "max(v)",
+    "std": "stddev_samp(v)",
+    "var": "var_samp(v)",
+    "first": "arg_min(v, CASE WHEN v IS NOT NULL THEN [ts, rid] END)",
+    "last": "arg_max(v, CASE WHEN v IS NOT NULL THEN [ts, rid] END)",
+    "count_distinct": "count(DISTINCT v)",
+}
+
+
+def frame_table(ts: np.ndarray, values: pa.Array, keys: object) -> pa.Table:
+    """Rows as DuckDB sees them: NaN turned into NULL, a row id for input order."""
+    arr = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    mask = np.isnan(arr)
+    v = pa.array(np.where(mask, 0.0, arr), mask=mask)
+    k = pa.array(np.zeros(len(ts), dtype=np.int64)) if keys is None else keys
+    return pa.table({"rid": np.arange(len(ts)), "ts": ts, "v": v, "k": k})
+
+
+def rolling(
+    ts: np.ndarray, values: pa.Array, window_ns: int, aggs: list[str], keys: object = None
+) -> dict[str, np.ndarray]:
+    """``agg(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN W PRECEDING AND CURRENT ROW)``."""
+    rows = frame_table(ts, values, keys)
+    frame = f"PARTITION BY k ORDER BY ts RANGE BETWEEN {window_ns} PRECEDING AND CURRENT ROW"
+    selects = ", ".join(f'{SQL_AGG[a]} OVER ({frame}) AS "{a}"' for a in aggs)
+    con = duckdb.connect()
+    con.register("rows", rows)
+    result = con.sql(f"SELECT {selects} FROM rows ORDER BY rid").to_arrow_table()
+    return {a: result[a].to_numpy(zero_copy_only=False) for a in aggs}

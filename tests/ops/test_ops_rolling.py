@@ -1,0 +1,167 @@
+"""rolling(): differential against DuckDB window functions, plus the edge cases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import ops_oracle as oracle
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ops_strategies import Rows, rows
+
+import featureflow.ops as ops
+
+ALL = list(ops.AGGS)
+
+
+def assert_matches(actual: pa.ChunkedArray, expected: np.ndarray, agg: str) -> None:
+    got = np.asarray(actual.to_numpy(zero_copy_only=False), dtype=np.float64)
+    want = np.asarray(expected, dtype=np.float64)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{agg}: nulls differ")
+    tol = 1e-6 if agg in ("std", "var") else 1e-9  # DuckDB's own var is the looser one
+    np.testing.assert_allclose(got, want, rtol=tol, atol=1e-6, equal_nan=True, err_msg=agg)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=rows(), window=st.sampled_from([1, 2, 50, 10**4, 10**9, 2**61]))
+def test_matches_duckdb(data: Rows, window: int) -> None:
+    table = ops.rolling(data.ts, data.values, window, ALL, keys=data.keys)
+    expected = oracle.rolling(data.ts, data.values, window, ALL, data.keys)
+    assert table.num_rows == len(data.ts)
+    for agg in ALL:
+        assert_matches(table[f"{agg}_{window}"], expected[agg], agg)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=rows(max_rows=40),
+    hop=st.sampled_from([1, 3, 10, 1000]),
+    window=st.sampled_from([1, 7, 100]),
+)
+def test_hop_is_the_sawtooth_frame(data: Rows, hop: int, window: int) -> None:
+    """With hop the frame is [floor((t - W) / hop) * hop, t]: a brute-force oracle."""
+    table = ops.rolling(data.ts, data.values, window, ["count", "sum"], keys=data.keys, hop=hop)
+    v = data.values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    keys = (
+        np.zeros(len(data.ts))
+        if data.keys is None
+        else np.array(data.keys.to_pylist(), dtype=object)
+    )
+    for i, t in enumerate(data.ts):
+        lower = (t - window) // hop * hop
+        frame = (keys == keys[i]) & (data.ts >= lower) & (data.ts <= t) & ~np.isnan(v)
+        assert table[f"count_{window}"][i].as_py() == frame.sum()
+        total = table[f"sum_{window}"][i].as_py()
+        if frame.any():
+            assert total == pytest.approx(v[frame].sum(), rel=1e-9, abs=1e-9)
+        else:
+            assert total is None
+
+
+def test_equal_timestamps_are_in_each_others_frame() -> None:
+    table = ops.rolling(
+        np.array([0, 5, 5, 10]), pa.array([1.0, 2.0, 4.0, 8.0]), "5ns", ["sum", "first", "last"]
+    )
+    assert table["sum_5ns"].to_pylist() == [1.0, 7.0, 7.0, 14.0]
+    assert table["first_5ns"].to_pylist() == [1.0, 1.0, 1.0, 2.0]
+    assert table["last_5ns"].to_pylist() == [1.0, 4.0, 4.0, 8.0]
+
+
+def test_one_nanosecond_window_and_input_order() -> None:
+    ts = np.array([3, 1, 2, 2, 0], dtype=np.int64)
+    table = ops.rolling(ts, pa.array([1, 2, 3, 4, 5], pa.int32()), "1ns", ["count", "sum", "max"])
+    assert table["count_1ns"].to_pylist() == [3, 2, 3, 3, 1]
+    assert table["sum_1ns"].to_pylist() == [8.0, 7.0, 9.0, 9.0, 5.0]
+    assert table["max_1ns"].to_pylist() == [4, 5, 4, 4, 5]
+    assert table.schema.field("max_1ns").type == pa.int32()
+
+
+def test_column_names_keep_the_window_as_written() -> None:
+    table = ops.rolling(
+        np.array([0]), pa.array([1.0]), ["10s", 5, timedelta(minutes=1)], ["count", "mean"]
+    )
+    assert table.column_names == [
+        "count_10s",
+        "mean_10s",
+        "count_5",
+        "mean_5",
+        "count_0:01:00",
+        "mean_0:01:00",
+    ]
+
+
+def test_nulls_and_nan_are_skipped() -> None:
+    values = pa.array([1.0, None, np.nan, 4.0])
+    table = ops.rolling(np.array([0, 1, 2, 3]), values, "1d", ["count", "sum", "std", "min"])
+    assert table["count_1d"].to_pylist() == [1, 1, 1, 2]
+    assert table["sum_1d"].to_pylist() == [1.0, 1.0, 1.0, 5.0]
+    assert table["std_1d"].to_pylist()[:3] == [None, None, None]
+    assert table["std_1d"][3].as_py() == pytest.approx(np.std([1.0, 4.0], ddof=1))
+    assert table["min_1d"].to_pylist() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_all_null_frame_is_null_and_count_zero() -> None:
+    table = ops.rolling(
+        np.array([0, 10]), pa.array([None, 2.0], pa.float64()), 1, ["count", "sum", "first"]
+    )
+    assert table.to_pydict() == {
+        "count_1": [0, 1],
+        "sum_1": [None, 2.0],
+        "first_1": [None, 2.0],
+    }
+
+
+def test_variance_is_accurate_with_a_large_offset() -> None:
+    rng = np.random.default_rng(3)
+    n = 5_000
+    values = 1e9 + rng.normal(0, 1e-3, n)
+    ts = np.arange(n, dtype=np.int64)
+    table = ops.rolling(ts, values, 999, ["var"])  # 1000-row frames once warmed up
+    got = table["var_999"].to_numpy()
+    from fractions import Fraction
+
+    for i in (999, 2500, n - 1):
+        window = [Fraction(x) for x in values[i - 999 : i + 1]]
+        mean = sum(window) / len(window)
+        exact = float(sum((x - mean) ** 2 for x in window) / (len(window) - 1))
+        assert abs(got[i] - exact) <= 1e-6 * exact
+
+
+def test_timestamp_types_of_any_unit_and_zone() -> None:
+    base = np.array([0, 1, 2, 3], dtype=np.int64)
+    expected = ops.rolling(base * 1_000_000_000, pa.array([1.0, 2, 3, 4]), "1s", ["sum"])
+    for unit, scale in [("s", 1), ("ms", 1000), ("us", 10**6), ("ns", 10**9)]:
+        ts = pa.array(base * scale, pa.timestamp(unit, tz="Europe/Paris"))
+        got = ops.rolling(
+            pa.chunked_array([ts[:2], ts[2:]]), pa.array([1.0, 2, 3, 4]), "1s", ["sum"]
+        )
+        assert got.equals(expected), unit
+
+
+def test_empty_input_has_the_schema() -> None:
+    table = ops.rolling(
+        np.array([], dtype=np.int64),
+        pa.array([], pa.int32()),
+        "1h",
+        ["count", "min", "mean"],
+        keys=pa.array([], pa.string()),
+    )
+    assert table.num_rows == 0
+    assert table.schema == pa.schema(
+        [("count_1h", pa.int64()), ("min_1h", pa.int32()), ("mean_1h", pa.float64())]
+    )
+
+
+def test_many_windows_in_one_call_equal_separate_calls() -> None:
+    rng = np.random.default_rng(5)
+    ts = rng.integers(0, 10**6, 2000)
+    values = pa.array(rng.normal(size=2000))
+    keys = rng.integers(0, 30, 2000)
+    together = ops.rolling(ts, values, ["1us", "10us", "1ms"], ["sum", "max"], keys=keys)
+    for w in ["1us", "10us", "1ms"]:
+        alone = ops.rolling(ts, values, w, ["sum", "max"], keys=keys)
+        assert together.select([f"sum_{w}", f"max_{w}"]).equals(alone)
