@@ -5,6 +5,11 @@ Every message says what went wrong and what to do about it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from featureflow.schema.report import Report
+
 
 class FeatureflowError(Exception):
     """Root of every error featureflow raises on purpose."""
@@ -37,3 +42,25 @@ class RepoError(FeatureflowError):
 
 class JobError(FeatureflowError):
     """The streaming job was configured wrongly or failed."""
+
+
+class SchemaError(FeatureflowError):
+    """A feature schema (``schemas/<view>.mojo``) could not be read or used."""
+
+
+class SchemaParseError(SchemaError):
+    """A schema file is not a valid feature schema; names the file, line and what was expected."""
+
+    def __init__(self, file: str, line: int, expected: str) -> None:
+        super().__init__(f"{file}:{line}: expected {expected}")
+        self.file = file
+        self.line = line
+        self.expected = expected
+
+
+class SchemaMismatchError(SchemaError):
+    """The schema gate refused: schemas and Feast disagree. ``report`` holds every check."""
+
+    def __init__(self, message: str, report: Report) -> None:
+        super().__init__(message)
+        self.report = report

@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jars",
     "produce",
     "online",
+    "schema", "validate", "apply",
 )
 
 

@@ -1,0 +1,173 @@
+"""The one Mojo -> Feast -> Arrow type table of featureflow schemas.
+
+=====================================  ====================  =========================
+Mojo (schema file)                     Feast                 Arrow (micro-batch)
+=====================================  ====================  =========================
+``Int64``                              ``Int64``             ``int64``
+``Int32``                              ``Int32``             ``int32``
+``Float64``                            ``Float64``           ``double``
+``Float32``                            ``Float32``           ``float``
+``Bool``                               ``Bool``              ``bool``
+``String``                             ``String``            ``string`` / ``large_string``
+``Timestamp[unit, zone]``              ``UnixTimestamp``     ``timestamp[unit, tz=zone]``
+``EventTimestamp[unit, zone]``         view timestamp_field  ``timestamp[unit, tz=zone]``
+``List[T]`` (T scalar or Timestamp)    ``Array(T)``          ``list<T>`` / ``large_list<T>``
+``Optional[T]``                        as ``T``              as ``T``, nullable
+``EntityKey[T]``                       join key of type T    as ``T``
+=====================================  ====================  =========================
+
+Feast's ``UnixTimestamp`` carries no unit or zone: Feast stores UTC instants
+and hands Arrow ``timestamp[us]``, so featureflow's canonical Feast timestamp
+is ``Timestamp["us", "UTC"]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from feast import types as ft
+
+from featureflow.schema.model import ListType, Scalar, ScalarType, TimestampType, ValueType
+
+if TYPE_CHECKING:
+    from feast.types import FeastType
+
+FEAST_TIMESTAMP = TimestampType("us", "UTC")
+
+_SCALAR_TO_FEAST: dict[Scalar, ft.PrimitiveFeastType] = {
+    Scalar.INT64: ft.Int64,
+    Scalar.INT32: ft.Int32,
+    Scalar.FLOAT64: ft.Float64,
+    Scalar.FLOAT32: ft.Float32,
+    Scalar.BOOL: ft.Bool,
+    Scalar.STRING: ft.String,
+}
+_FEAST_TO_SCALAR = {v: k for k, v in _SCALAR_TO_FEAST.items()}
+
+_SCALAR_TO_ARROW: dict[Scalar, pa.DataType] = {
+    Scalar.INT64: pa.int64(),
+    Scalar.INT32: pa.int32(),
+    Scalar.FLOAT64: pa.float64(),
+    Scalar.FLOAT32: pa.float32(),
+    Scalar.BOOL: pa.bool_(),
+    Scalar.STRING: pa.string(),
+}
+
+
+def to_feast(value_type: ValueType) -> FeastType:
+    """The Feast type a schema type stands for."""
+    if isinstance(value_type, ScalarType):
+        return _SCALAR_TO_FEAST[value_type.scalar]
+    if isinstance(value_type, TimestampType):
+        return ft.UnixTimestamp
+    element = to_feast(value_type.element)
+    return ft.Array(element)
+
+
+def from_feast(dtype: FeastType) -> ValueType | None:
+    """The schema type of a Feast type, or None when schemas cannot express it (Bytes, Map...)."""
+    if isinstance(dtype, ft.PrimitiveFeastType):
+        if dtype == ft.UnixTimestamp:
+            return FEAST_TIMESTAMP
+        scalar = _FEAST_TO_SCALAR.get(dtype)
+        return ScalarType(scalar) if scalar is not None else None
+    if isinstance(dtype, ft.Array):
+        element = from_feast(dtype.base_type)
+        if isinstance(element, ScalarType | TimestampType):
+            return ListType(element)
+    return None
+
+
+def feast_name(dtype: FeastType | None) -> str:
+    """How a Feast type reads in a report (``Float64``, ``Array(Int64)``)."""
+    return "unknown" if dtype is None else str(dtype)
+
+
+def to_arrow(value_type: ValueType) -> pa.DataType:
+    """The Arrow type a micro-batch column of this schema type has."""
+    if isinstance(value_type, ScalarType):
+        return _SCALAR_TO_ARROW[value_type.scalar]
+    if isinstance(value_type, TimestampType):
+        return pa.timestamp(value_type.unit, tz=value_type.zone)
+    return pa.list_(to_arrow(value_type.element))
+
+
+def arrow_matches(actual: pa.DataType, value_type: ValueType) -> bool:
+    """Whether an Arrow column type carries this schema type (large variants allowed)."""
+    if isinstance(value_type, ListType):
+        if pa.types.is_list(actual) or pa.types.is_large_list(actual):
+            return arrow_matches(actual.value_type, value_type.element)
+        return False
+    if isinstance(value_type, ScalarType) and value_type.scalar is Scalar.STRING:
+        return pa.types.is_string(actual) or pa.types.is_large_string(actual)
+    return bool(actual == to_arrow(value_type))
+
+
+# Feast-visible Spark DDL type names of stream sources -> Feast types.
+_DDL_TYPES: dict[str, ft.PrimitiveFeastType] = {
+    "long": ft.Int64,
+    "bigint": ft.Int64,
+    "int": ft.Int32,
+    "integer": ft.Int32,
+    "double": ft.Float64,
+    "float": ft.Float32,
+    "real": ft.Float32,
+    "boolean": ft.Bool,
+    "string": ft.String,
+    "timestamp": ft.UnixTimestamp,
+}
+
+
+def ddl_column_types(ddl: str) -> dict[str, FeastType]:
+    """Column types of a Spark DDL schema (``"user_id long, amount double"``).
+
+    Columns of types with no Feast scalar (structs, maps, ...) are left out.
+    """
+    columns: list[str] = []
+    depth, start = 0, 0
+    for index, char in enumerate(ddl):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == "," and depth == 0:
+            columns.append(ddl[start:index])
+            start = index + 1
+    columns.append(ddl[start:])
+    types: dict[str, FeastType] = {}
+    for column in columns:
+        parts = column.split()
+        if len(parts) >= 2 and parts[1].lower() in _DDL_TYPES:
+            types[parts[0].strip("`")] = _DDL_TYPES[parts[1].lower()]
+    return types
+
+
+_ALWAYS: dict[str, ft.PrimitiveFeastType] = {
+    "count": ft.Int64,
+    "count_distinct": ft.Int64,
+    "mean": ft.Float64,
+    "avg": ft.Float64,
+    "std": ft.Float64,
+    "stddev": ft.Float64,
+    "var": ft.Float64,
+    "variance": ft.Float64,
+}
+_INTEGRAL = (ft.Int64, ft.Int32)
+
+
+def aggregation_output(function: str, column_type: FeastType | None) -> FeastType | None:
+    """The Feast type an aggregation yields, or None when it cannot be told.
+
+    count -> Int64; mean/std/var -> Float64; sum -> Int64 over integers, else
+    Float64; min/max/first/last -> the column's type.
+    """
+    if function in _ALWAYS:
+        return _ALWAYS[function]
+    if column_type is None:
+        return None
+    if function == "sum":
+        return ft.Int64 if column_type in _INTEGRAL else ft.Float64
+    if function in ("min", "max", "first", "last"):
+        return column_type
+    return None
