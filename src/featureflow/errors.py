@@ -27,6 +27,14 @@ class KafkaBrokerError(InfraError):
     """The local Kafka broker failed to start, stop or answer."""
 
 
+class RedisServerError(InfraError):
+    """The local ``redis-server`` could not be found, started or stopped."""
+
+
+class OnlineStoreError(FeatureflowError):
+    """Features could not be written to the Feast online store; says which column or setting."""
+
+
 class EventError(FeatureflowError):
     """An event could not be used; names the field and the reason."""
 

@@ -1,0 +1,16 @@
+"""Write features into Feast's online store at stream speed, in Feast's own layout.
+
+``write(store, view, table)`` serialises a whole Arrow batch at once (entity
+keys, ``ValueProto`` values, timestamps) and writes it to SQLite in one
+transaction or to Redis in one pipeline of check-and-set scripts, so Feast's
+``get_online_features`` reads the rows back unchanged. Older rows never
+replace newer ones. Other stores fall back to Feast's own writer.
+
+Modules: ``_bytes`` (vectorised byte strings), ``encoding`` (Feast's bytes),
+``batch`` (checking and deduplicating the table), ``sqlite`` and ``redis``
+(the stores), ``write`` (dispatch and fallback).
+"""
+
+from featureflow.online.write import WriteStats, write
+
+__all__ = ["WriteStats", "write"]

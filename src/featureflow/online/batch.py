@@ -1,0 +1,195 @@
+"""One write call's input, checked against the view and reduced to the latest row per entity.
+
+A ``Batch`` holds, per distinct entity of the table: its serialised entity key
+(Feast's layout), its event timestamp (microseconds since the epoch, UTC), the
+optional created timestamp, and the feature columns cast to the view's
+schema. Everything store-specific (SQLite rows, Redis commands) is built from
+it by the store modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+from feast import FeatureStore, FeatureView
+from feast.value_type import ValueType
+
+from featureflow.errors import OnlineStoreError
+from featureflow.online import _bytes as B
+from featureflow.online import encoding as E
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class ViewLayout:
+    """What featureflow needs to know of a Feast feature view to write it."""
+
+    name: str
+    """The view's name (Feast's table/hash-field names add versions and project)."""
+    join_keys: tuple[tuple[str, ValueType], ...]
+    """Join key columns and their Feast types, in the view's order."""
+    features: tuple[tuple[str, ValueType], ...]
+    """Feature columns and their Feast types, in the view's order."""
+    timestamp_field: str
+    """Column holding the event timestamp (the view's batch source ``timestamp_field``)."""
+    created_timestamp_column: str | None
+    """Column holding the created timestamp, when the batch source declares one."""
+
+    def unsupported(self, key_version: int) -> str | None:
+        """Why featureflow cannot write this view itself, or None when it can."""
+        if key_version not in (2, 3):
+            return f"entity_key_serialization_version {key_version}"
+        for name, value_type in self.join_keys:
+            if value_type not in E.SUPPORTED_KEY_TYPES:
+                return f"join key {name!r} of type {value_type.name}"
+        for name, value_type in self.features:
+            if value_type not in E.SUPPORTED_VALUE_TYPES:
+                return f"feature {name!r} of type {value_type.name}"
+        if not self.join_keys:
+            return "a view without entities"
+        return None
+
+
+def view_layout(store: FeatureStore, view: str) -> tuple[FeatureView, ViewLayout]:
+    """The Feast feature view (or stream feature view) named ``view`` and its layout."""
+    fv: FeatureView | None = None
+    getters: tuple[Callable[[str], FeatureView], ...] = (
+        store.get_stream_feature_view, store.get_feature_view)
+    for getter in getters:
+        try:
+            fv = getter(view)
+            break
+        except Exception:  # Feast raises several "not found" types
+            continue
+    if fv is None:
+        msg = (f"feature view {view!r} is not in the registry of project "
+               f"{store.project!r}: run `feast apply` in the repo, or check the name")
+        raise OnlineStoreError(msg)
+    source = getattr(fv, "batch_source", None) or getattr(fv, "stream_source", None)
+    timestamp_field = getattr(source, "timestamp_field", "") or getattr(
+        fv, "timestamp_field", ""
+    )
+    if not timestamp_field:
+        msg = f"feature view {view!r} has no timestamp_field on its source"
+        raise OnlineStoreError(msg)
+    created = getattr(source, "created_timestamp_column", "") or None
+    layout = ViewLayout(
+        name=view,
+        join_keys=tuple(
+            (f.name, f.dtype.to_value_type()) for f in getattr(fv, "entity_columns", [])
+        ),
+        features=tuple((f.name, f.dtype.to_value_type()) for f in fv.features),
+        timestamp_field=timestamp_field,
+        created_timestamp_column=created,
+    )
+    return fv, layout
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The rows to write: one per distinct entity, the latest of the table."""
+
+    keys: B.Packed
+    """Feast-serialised entity key per entity (without the Redis project suffix)."""
+    event_micros: I64
+    """Event timestamp per entity: microseconds since the epoch, UTC."""
+    created_micros: I64 | None
+    """Created timestamp per entity (microseconds, UTC), when the view declares one."""
+    features: dict[str, tuple[pa.Array, ValueType]]
+    """Feature columns cast to the view's schema, rows aligned with ``keys``."""
+    rows_in: int
+    """Rows of the table given to ``write`` (before keeping the latest per entity)."""
+
+    @property
+    def n(self) -> int:
+        """Distinct entities."""
+        return self.keys.n
+
+    def encoded(self, name: str) -> B.Packed:
+        """The serialised ``ValueProto`` of feature ``name`` per entity."""
+        arr, value_type = self.features[name]
+        return E.encode_values(arr, value_type)
+
+
+def _column(table: pa.Table, name: str, role: str) -> pa.Array:
+    if name not in table.column_names:
+        msg = (f"the table has no {role} column {name!r}; it has {table.column_names}. "
+               "Pass the view's join keys, event timestamp and every feature column")
+        raise OnlineStoreError(msg)
+    return E.as_arrow(table.column(name))
+
+
+def latest_per_entity(key_columns: list[pa.Array], micros: I64) -> I64:
+    """Row indices keeping, per entity, the row with the latest event time.
+
+    Ties go to the later row of the table. Returned in ascending row order.
+    """
+    n = len(micros)
+    order = np.lexsort((np.arange(n), micros))  # by time, then by position
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    names = [f"k{i}" for i in range(len(key_columns))]
+    grouped = pa.table(dict(zip(names, key_columns, strict=True)) | {"_rank": rank})
+    best = grouped.group_by(names, use_threads=False).aggregate([("_rank", "max")])
+    best_rank = best.column("_rank_max").to_numpy()
+    return np.sort(order[best_rank])
+
+
+def prepare(table: pa.Table, layout: ViewLayout, key_version: int) -> Batch:
+    """Check ``table`` against ``layout``, keep the latest row per entity, encode the keys."""
+    keys = []
+    for name, value_type in layout.join_keys:
+        arr = E.cast(_column(table, name, "join key"), E.arrow_type(value_type), name)
+        if arr.null_count:
+            msg = f"join key {name!r} has {arr.null_count} null(s); every row needs an entity"
+            raise OnlineStoreError(msg)
+        keys.append(arr)
+    ts = _column(table, layout.timestamp_field, "event timestamp")
+    if ts.null_count:
+        msg = f"event timestamp {layout.timestamp_field!r} has nulls; every row needs one"
+        raise OnlineStoreError(msg)
+    micros = E.epoch_micros(ts)
+    features = {
+        name: (E.cast(_column(table, name, "feature"), E.arrow_type(vt), name), vt)
+        for name, vt in layout.features
+    }
+    created = None
+    if layout.created_timestamp_column:
+        created_arr = _column(table, layout.created_timestamp_column, "created timestamp")
+        created = E.epoch_micros(created_arr)
+
+    rows = latest_per_entity(keys, micros)
+    if len(rows) < table.num_rows:
+        index = pa.array(rows)
+        keys = [k.take(index) for k in keys]
+        micros = micros[rows]
+        created = None if created is None else created[rows]
+        features = {n: (a.take(index), vt) for n, (a, vt) in features.items()}
+    key_bytes = E.entity_keys(
+        [(name, arr, vt) for (name, vt), arr in zip(layout.join_keys, keys, strict=True)],
+        key_version,
+    )
+    return Batch(key_bytes, micros, created, features, table.num_rows)
+
+
+def reorder(batch: Batch, order: I64) -> Batch:
+    """The same batch with its entities in ``order``."""
+    index = pa.array(order)
+    keys = B.concat([_take_rows(batch.keys, order)])
+    return Batch(
+        keys=keys,
+        event_micros=batch.event_micros[order],
+        created_micros=None if batch.created_micros is None else batch.created_micros[order],
+        features={n: (a.take(index), vt) for n, (a, vt) in batch.features.items()},
+        rows_in=batch.rows_in,
+    )
+
+
+def _take_rows(packed: B.Packed, order: I64) -> B.Cells:
+    cells = B.pad(packed)
+    return B.Cells(cells.matrix[order], None if cells.lengths is None else cells.lengths[order])
