@@ -686,6 +686,131 @@ def rolling(desc: PythonObject) raises -> PythonObject:
     return PythonObject(n)
 
 
+# ---------------------------------------------------------------------------
+# hopping
+# ---------------------------------------------------------------------------
+
+
+def hopping(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: header, size, step, naggs, count_only, capacity, out key
+    codes (int32), out window starts, out window ends (int64 ns), then naggs
+    columns. Windows are [start, start + size) with start a multiple of step
+    (Spark's window()); one output row per (key, window) holding a row, in key
+    then start order. Returns the number of windows; with count_only nothing
+    is written (the caller sizes the outputs with it)."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var size = Int(d[unsafe_offset=HEADER])
+    var step = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var count_only = d[unsafe_offset=HEADER + 3] != 0
+    var capacity = Int(d[unsafe_offset=HEADER + 4])
+    var out_code = I32P(unsafe_from_address=Int(d[unsafe_offset=HEADER + 5]))
+    var out_start = i64p(Int(d[unsafe_offset=HEADER + 6]))
+    var out_end = i64p(Int(d[unsafe_offset=HEADER + 7]))
+    var cols = read_columns(d, HEADER + 8, naggs)
+    if inp.n == 0:
+        return PythonObject(0)
+    var s = sort_inputs(inp)
+    var sts = s.sts
+    if not count_only:
+        clear_validity(cols, capacity)
+    var sl = Sliding(s.svals, inp.n, cols^)
+    var m = 0
+    for g in range(s.order.ngroups):
+        var a = Int(s.order.starts[unsafe_offset=g])
+        var b = Int(s.order.starts[unsafe_offset=g + 1])
+        if a == b:
+            continue
+        sl.reset(a)
+        var lo = a
+        var hi = a
+        # first start whose window [start, start + size) holds sts[a]
+        var start = floor_div(Int(sts[unsafe_offset=a]) - size, step) * step + step
+        while lo < b:
+            while lo < b and Int(sts[unsafe_offset=lo]) < start:
+                lo += 1
+            if lo == b:
+                break
+            if hi < lo:
+                hi = lo
+            while hi < b and Int(sts[unsafe_offset=hi]) < start + size:
+                hi += 1
+            if hi > lo:
+                if not count_only:
+                    if m >= capacity:
+                        raise Error("ValueError: hopping: output capacity exceeded")
+                    sl.move_to(lo, hi)
+                    sl.emit(m)
+                    out_code[unsafe_offset=m] = Int32(g)
+                    out_start[unsafe_offset=m] = Int64(start)
+                    out_end[unsafe_offset=m] = Int64(start + size)
+                m += 1
+                start += step
+            else:
+                # empty window: jump to the first start that holds sts[lo]
+                var t = Int(sts[unsafe_offset=lo])
+                start = max(start + step, floor_div(t - size, step) * step + step)
+    return PythonObject(m)
+
+
+# ---------------------------------------------------------------------------
+# sessions
+# ---------------------------------------------------------------------------
+
+
+def sessions(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: header, gap (ns; 0 with per-row gaps), per-row gap addr
+    (int64 ns, 0: none), naggs, out key codes (int32), out session starts,
+    out session ends (int64 ns), then naggs columns (capacity n).
+    Spark's session_window: a key's rows in ts order; a row joins the open
+    session when ts <= its end (the max of ts + gap over its rows), else it
+    opens a new one. Rows with a per-row gap must have gap > 0 (the caller
+    drops the others). Returns the number of sessions."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var gap = Int(d[unsafe_offset=HEADER])
+    var gap_addr = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var out_code = I32P(unsafe_from_address=Int(d[unsafe_offset=HEADER + 3]))
+    var out_start = i64p(Int(d[unsafe_offset=HEADER + 4]))
+    var out_end = i64p(Int(d[unsafe_offset=HEADER + 5]))
+    var cols = read_columns(d, HEADER + 6, naggs)
+    var n = inp.n
+    if n == 0:
+        return PythonObject(0)
+    var s = sort_inputs(inp)
+    var sts = s.sts
+    var perm = s.order.perm
+    clear_validity(cols, n)
+    var sl = Sliding(s.svals, n, cols^)
+    var gaps = i64p(gap_addr if gap_addr != 0 else Int(d[unsafe_offset=1]))
+    var m = 0
+    for g in range(s.order.ngroups):
+        var a = Int(s.order.starts[unsafe_offset=g])
+        var b = Int(s.order.starts[unsafe_offset=g + 1])
+        if a == b:
+            continue
+        sl.reset(a)
+        var p = a
+        while p < b:
+            var first = p
+            var t0 = Int(sts[unsafe_offset=p])
+            var end = t0 + (gap if gap_addr == 0 else Int(gaps[unsafe_offset=Int(perm[unsafe_offset=p])]))
+            p += 1
+            while p < b and Int(sts[unsafe_offset=p]) <= end:
+                var row_gap = gap if gap_addr == 0 else Int(gaps[unsafe_offset=Int(perm[unsafe_offset=p])])
+                end = max(end, Int(sts[unsafe_offset=p]) + row_gap)
+                p += 1
+            sl.move_to(first, p)
+            sl.emit(m)
+            out_code[unsafe_offset=m] = Int32(g)
+            out_start[unsafe_offset=m] = Int64(t0)
+            out_end[unsafe_offset=m] = Int64(end)
+            m += 1
+    return PythonObject(m)
+
+
 @export
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
@@ -693,6 +818,8 @@ def PyInit_kernels() abi("C") -> PythonObject:
         m.def_function[rolling](
             "rolling", docstring="Rolling window aggregates; see kernels.mojo."
         )
+        m.def_function[hopping]("hopping", docstring="Hopping windows; see kernels.mojo.")
+        m.def_function[sessions]("sessions", docstring="Session windows; see kernels.mojo.")
         return m.finalize()
     except e:
         abort(String("featureflow: failed to create the kernels module: ", e))

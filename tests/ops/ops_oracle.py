@@ -41,3 +41,45 @@ def rolling(
     con.register("rows", rows)
     result = con.sql(f"SELECT {selects} FROM rows ORDER BY rid").to_arrow_table()
     return {a: result[a].to_numpy(zero_copy_only=False) for a in aggs}
+
+
+def _aggs_sql(aggs: list[str]) -> str:
+    return ", ".join(f'{SQL_AGG[a]} AS "{a}"' for a in aggs)
+
+
+def hopping(
+    ts: np.ndarray, values: pa.Array, size: int, step: int, aggs: list[str], keys: object = None
+) -> pa.Table:
+    """Every window [k*step, k*step + size) holding a row, by expanding rows in SQL."""
+    con = duckdb.connect()
+    con.register("rows", frame_table(ts, values, keys))
+    sql = f"""
+        WITH expanded AS (
+            SELECT *, unnest(range(floor((ts - {size}) / {step})::BIGINT + 1,
+                                   floor(ts / {step})::BIGINT + 1)) * {step} AS ws
+            FROM rows)
+        SELECT k, ws, {_aggs_sql(aggs)} FROM expanded GROUP BY k, ws ORDER BY k NULLS LAST, ws
+    """
+    return con.sql(sql).to_arrow_table()
+
+
+def sessions(
+    ts: np.ndarray, values: pa.Array, gaps: np.ndarray, aggs: list[str], keys: object = None
+) -> pa.Table:
+    """A row opens a session when its ts is past max(ts + gap) of every earlier row of its key."""
+    rows = frame_table(ts, values, keys).append_column("gap", pa.array(gaps, pa.int64()))
+    con = duckdb.connect()
+    con.register("rows", rows)
+    sql = f"""
+        WITH kept AS (SELECT * FROM rows WHERE gap > 0),
+        flagged AS (
+            SELECT *, CASE WHEN ts > max(ts + gap) OVER (PARTITION BY k ORDER BY ts, rid
+                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                  THEN 1 ELSE 0 END AS opens
+            FROM kept),
+        numbered AS (
+            SELECT *, sum(opens) OVER (PARTITION BY k ORDER BY ts, rid) AS sid FROM flagged)
+        SELECT k, min(ts) AS s, max(ts + gap) AS e, {_aggs_sql(aggs)}
+        FROM numbered GROUP BY k, sid ORDER BY k NULLS LAST, s
+    """
+    return con.sql(sql).to_arrow_table()

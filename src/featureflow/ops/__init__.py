@@ -14,13 +14,14 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 
 from featureflow.ops import _backend, _inputs, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
 
-__all__ = ["AGGS", "backend", "backend_reason", "describe", "rolling"]
+__all__ = ["AGGS", "backend", "backend_reason", "describe", "hopping", "rolling", "sessions"]
 
 
 def backend() -> Literal["mojo", "numpy"]:
@@ -94,3 +95,71 @@ def rolling(
     )
     _backend.current().backend.rolling(s, [ns for _, ns in wins], hop_ns, names, columns)
     return _tables.table(columns, s.n)
+
+
+def hopping(
+    ts: object, values: object, size: object, step: object, aggs: object, keys: object = None
+) -> pa.Table:
+    """Hopping (sliding) windows with Spark's ``window(ts, size, step)`` semantics.
+
+    Windows are ``[start, start + size)`` (ns, end exclusive) with ``start``
+    a multiple of ``step`` since the epoch; a row belongs to every window
+    that contains its ts. One output row per (key, window) holding at least
+    one row, sorted by key then ``window_start``.
+
+    Returns:
+        Columns ``key`` (only with keys), ``window_start``, ``window_end``
+        (timestamp[ns, UTC]), then one column per agg, named after the agg.
+    """
+    s = _inputs.keys_in_order(_inputs.series(ts, values, keys))
+    size_ns = duration_ns(size, "size")
+    step_ns = duration_ns(step, "step")
+    names = parse_aggs(aggs)
+    impl = _backend.current().backend
+    per_row = -(-size_ns // step_ns)  # windows a row can fall in
+    if per_row <= 2:
+        capacity = s.n * per_row
+    else:  # too loose a bound to allocate: count the windows first
+        capacity = impl.hopping(
+            s, size_ns, step_ns, names, True, _tables.WindowBounds.allocate(0), []
+        )
+    bounds = _tables.WindowBounds.allocate(capacity)
+    columns = _tables.allocate([(a, a) for a in names], s.values.type, capacity)
+    m = impl.hopping(s, size_ns, step_ns, names, False, bounds, columns)
+    leading = bounds.leading(m, s.key_values, ("window_start", "window_end"))
+    return _tables.table(columns, m, leading)
+
+
+def sessions(
+    ts: object, values: object, gap: object, aggs: object, keys: object = None
+) -> pa.Table:
+    """Session windows with Spark's ``session_window(ts, gap)`` semantics.
+
+    A key's rows are taken in ts order; a row joins the open session when
+    its ts is <= the session's end, the max of ``ts + gap`` over the
+    session's rows (so the end is inclusive); otherwise it opens a new one.
+    ``gap`` is a duration or a per-row array (int64 ns or Arrow duration):
+    rows whose gap is null or <= 0 are dropped, as in Spark.
+
+    Returns:
+        Columns ``key`` (only with keys), ``session_start`` (first ts),
+        ``session_end`` (max ts + gap) as timestamp[ns, UTC], then one
+        column per agg, named after the agg; sorted by key, session_start.
+    """
+    s = _inputs.keys_in_order(_inputs.series(ts, values, keys))
+    names = parse_aggs(aggs)
+    gaps: np.ndarray | None = None
+    gap_ns = 0
+    if isinstance(gap, pa.Array | pa.ChunkedArray | np.ndarray):
+        gaps = _inputs.gap_array(gap, s.n)
+        drop = gaps <= 0
+        if drop.any():
+            s = _inputs.without_rows(s, drop)
+            gaps = np.ascontiguousarray(gaps[~drop])
+    else:
+        gap_ns = duration_ns(gap, "gap")
+    bounds = _tables.WindowBounds.allocate(s.n)
+    columns = _tables.allocate([(a, a) for a in names], s.values.type, s.n)
+    m = _backend.current().backend.sessions(s, gap_ns, gaps, names, bounds, columns)
+    leading = bounds.leading(m, s.key_values, ("session_start", "session_end"))
+    return _tables.table(columns, m, leading)

@@ -12,8 +12,10 @@ import os
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import numpy as np
+
 from featureflow.ops._inputs import Series
-from featureflow.ops._tables import OutputColumn
+from featureflow.ops._tables import OutputColumn, WindowBounds
 
 BackendName = Literal["mojo", "numpy"]
 ENV_VAR = "FEATUREFLOW_BACKEND"
@@ -31,6 +33,27 @@ class Backend(Protocol):
         aggs: list[str],
         columns: list[OutputColumn],
     ) -> None: ...
+
+    def hopping(
+        self,
+        s: Series,
+        size: int,
+        step: int,
+        aggs: list[str],
+        count_only: bool,
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int: ...
+
+    def sessions(
+        self,
+        s: Series,
+        gap: int,
+        gaps: np.ndarray | None,
+        aggs: list[str],
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,40 @@ def series(ts: object, values: object, keys: object = None) -> Series:
     return Series(ts_arr, vals, codes, key_values)
 
 
+def keys_in_order(s: Series) -> Series:
+    """The same rows with codes renumbered so that code order is key order
+    (nulls last): outputs sorted by key then come out of the kernels directly."""
+    if s.key_values is None or s.codes is None:
+        return s
+    order = pc.array_sort_indices(s.key_values, null_placement="at_end").to_numpy()
+    rank = np.empty(len(order), dtype=np.int32)
+    rank[order] = np.arange(len(order), dtype=np.int32)
+    return Series(s.ts, s.values, rank[s.codes], s.key_values.take(order))
+
+
+def without_rows(s: Series, drop: np.ndarray) -> Series:
+    """The rows where ``drop`` is False (copies the kept rows)."""
+    keep = pa.array(~drop)
+    codes = None if s.codes is None else s.codes[~drop]
+    return Series(s.ts.filter(keep), s.values.filter(keep), codes, s.key_values)
+
+
+def gap_array(obj: object, n: int, argument: str = "gap") -> np.ndarray:
+    """Per-row session gaps as int64 ns; null and non-positive gaps stay <= 0
+    (their rows are dropped, as Spark does). Accepts int64 (ns) or duration arrays."""
+    arr = to_array(obj, argument)
+    if len(arr) != n:
+        msg = f"{argument}: length {len(arr)} does not match ts length {n}"
+        raise ValueError(msg)
+    if pa.types.is_duration(arr.type):
+        factor = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}[arr.type.unit]
+        arr = pc.multiply_checked(arr.view(pa.int64()), pa.scalar(factor, pa.int64()))
+    elif arr.type != pa.int64():
+        msg = f"{argument}: expected int64 nanoseconds or an Arrow duration type, got {arr.type}"
+        raise TypeError(msg)
+    return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
 def windows(obj: object, argument: str = "windows") -> list[tuple[str, int]]:
     """``(label, ns)`` for one duration or a non-empty sequence of them."""
     items: Sequence[object]

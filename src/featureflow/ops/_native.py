@@ -24,7 +24,7 @@ import pyarrow as pa
 from featureflow.errors import FeatureflowError
 from featureflow.ops._aggs import CODES
 from featureflow.ops._inputs import VALUE_TYPES, Series
-from featureflow.ops._tables import OutputColumn
+from featureflow.ops._tables import OutputColumn, WindowBounds
 
 NATIVE_DIR = Path(__file__).with_name("_native")
 MODULE_NAME = "kernels"
@@ -136,3 +136,29 @@ class NativeBackend:
     ) -> None:
         words = [*_header(s), len(windows), hop or 0, len(aggs), *windows]
         self._call("rolling", words + _column_words(columns))
+
+    def hopping(
+        self,
+        s: Series,
+        size: int,
+        step: int,
+        aggs: list[str],
+        count_only: bool,
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int:
+        words = [*_header(s), size, step, len(aggs), int(count_only), bounds.capacity]
+        return self._call("hopping", words + bounds.words() + _column_words(columns))
+
+    def sessions(
+        self,
+        s: Series,
+        gap: int,
+        gaps: np.ndarray | None,
+        aggs: list[str],
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int:
+        gaps_addr = 0 if gaps is None else int(gaps.ctypes.data)
+        words = [*_header(s), 0 if gaps is not None else gap, gaps_addr, len(aggs)]
+        return self._call("sessions", words + bounds.words() + _column_words(columns))

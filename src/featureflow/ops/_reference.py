@@ -18,7 +18,7 @@ from typing import Final
 import numpy as np
 
 from featureflow.ops._inputs import Series
-from featureflow.ops._tables import OutputColumn
+from featureflow.ops._tables import OutputColumn, WindowBounds
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,13 @@ def _sliding_distinct(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.
     return out
 
 
+def _next_valid(valid: np.ndarray) -> np.ndarray:
+    """For p in 0..n: the first valid position >= p, or n (one extra entry for p = n)."""
+    n = len(valid)
+    idx = np.where(valid, np.arange(n), n)
+    return np.concatenate([np.minimum.accumulate(idx[::-1])[::-1], [n]])
+
+
 def frame_aggregates(
     srt: Sorted, lo: np.ndarray, hi: np.ndarray, aggs: list[str]
 ) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
@@ -104,13 +111,10 @@ def frame_aggregates(
         # shift each key's values by its first valid value: no cancellation
         # when values share a large offset
         seg = np.repeat(np.arange(len(srt.starts) - 1), np.diff(srt.starts))
-        first_valid = (
-            np.minimum.reduceat(np.where(valid, np.arange(len(v)), len(v)), srt.starts[:-1])
-            if len(v)
-            else np.zeros(0, dtype=np.int64)
-        )
-        shift = np.where(first_valid < len(v), v[np.minimum(first_valid, max(len(v) - 1, 0))], 0.0)
-        d = np.where(valid, v - shift[seg], 0.0) if len(v) else v
+        nxt = _next_valid(valid)
+        first = nxt[np.minimum(srt.starts[:-1], len(v))]  # first valid at/after each key start
+        shift = np.where(first < len(v), np.concatenate([v, zero])[first], 0.0)
+        d = np.where(valid, v - shift[seg], 0.0)
         s1 = np.concatenate([zero, np.cumsum(d)])
         s2 = np.concatenate([zero, np.cumsum(d * d)])
         a1 = s1[hi] - s1[lo]
@@ -125,8 +129,7 @@ def frame_aggregates(
         out["max"] = (_range_reduce(np.where(valid, v, -np.inf), lo, hi, np.maximum), cnt > 0)
     idx = np.arange(len(v))
     if "first" in aggs:
-        nxt = np.minimum.accumulate(np.where(valid, idx, len(v))[::-1])[::-1]
-        pos = np.concatenate([nxt, [len(v)]])[lo]
+        pos = _next_valid(valid)[lo]
         has = pos < hi
         out["first"] = (np.where(has, np.concatenate([v, zero])[pos], 0.0), has)
     if "last" in aggs:
@@ -198,3 +201,83 @@ class ReferenceBackend:
             lo, hi = rolling_frames(srt, window, hop)
             results = frame_aggregates(srt, lo, hi, aggs)
             _write(columns[w * len(aggs) : (w + 1) * len(aggs)], results, srt.perm)
+
+    def hopping(
+        self,
+        s: Series,
+        size: int,
+        step: int,
+        aggs: list[str],
+        count_only: bool,
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int:
+        if s.n == 0:
+            return 0
+        srt = sort_rows(s)
+        k_first = (srt.ts - size) // step + 1  # windows [k*step, k*step + size) holding t
+        k_last = srt.ts // step
+        counts = k_last - k_first + 1
+        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        ks = np.repeat(k_first, counts) + within
+        groups = np.repeat(np.repeat(np.arange(len(srt.starts) - 1), np.diff(srt.starts)), counts)
+        pairs = np.unique(np.stack([groups, ks]), axis=1)  # sorted by (key, start)
+        if count_only:
+            return pairs.shape[1]
+        codes, starts = pairs[0], pairs[1] * step
+        lo = np.empty(len(starts), dtype=np.int64)
+        hi = np.empty(len(starts), dtype=np.int64)
+        for g in np.unique(codes):
+            a, b = srt.starts[g], srt.starts[g + 1]
+            sel = codes == g
+            lo[sel] = a + np.searchsorted(srt.ts[a:b], starts[sel], side="left")
+            hi[sel] = a + np.searchsorted(srt.ts[a:b], starts[sel] + size, side="left")
+        return _fill(bounds, columns, srt, aggs, lo, hi, codes, starts, starts + size)
+
+    def sessions(
+        self,
+        s: Series,
+        gap: int,
+        gaps: np.ndarray | None,
+        aggs: list[str],
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int:
+        if s.n == 0:
+            return 0
+        srt = sort_rows(s)
+        reach = srt.ts + (gap if gaps is None else gaps[srt.perm])  # ts + gap per row
+        new = np.zeros(s.n, dtype=bool)
+        for a, b in zip(srt.starts[:-1], srt.starts[1:], strict=True):
+            if a == b:
+                continue
+            # a row opens a session when it is past every earlier row's reach:
+            # earlier sessions all ended before the current one started
+            before = np.maximum.accumulate(reach[a:b])
+            new[a] = True
+            new[a + 1 : b] = srt.ts[a + 1 : b] > before[:-1]
+        lo = np.flatnonzero(new)
+        hi = np.append(lo[1:], s.n)
+        seg = np.repeat(np.arange(len(srt.starts) - 1), np.diff(srt.starts))
+        ends = np.maximum.reduceat(reach, lo)
+        return _fill(bounds, columns, srt, aggs, lo, hi, seg[lo], srt.ts[lo], ends)
+
+
+def _fill(
+    bounds: WindowBounds,
+    columns: list[OutputColumn],
+    srt: Sorted,
+    aggs: list[str],
+    lo: np.ndarray,
+    hi: np.ndarray,
+    codes: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> int:
+    """Write frames' aggregates and bounds to consecutive output rows."""
+    m = len(lo)
+    bounds.codes[:m] = codes
+    bounds.starts[:m] = starts
+    bounds.ends[:m] = ends
+    _write(columns, frame_aggregates(srt, lo, hi, aggs), None)
+    return m

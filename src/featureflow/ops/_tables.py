@@ -62,3 +62,36 @@ def table(
     names = [name for name, _ in leading or []] + [c.name for c in columns]
     arrays = [arr for _, arr in leading or []] + [c.array(length) for c in columns]
     return pa.Table.from_arrays(arrays, names=names)
+
+
+@dataclass(frozen=True)
+class WindowBounds:
+    """Per output window: its key code (int32) and [start, end) in int64 ns."""
+
+    capacity: int
+    codes: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def allocate(cls, capacity: int) -> WindowBounds:
+        size = max(capacity, 1)  # never a null address for the kernels
+        return cls(
+            capacity, np.empty(size, np.int32), np.empty(size, np.int64), np.empty(size, np.int64)
+        )
+
+    def words(self) -> list[int]:
+        """Addresses for the kernels' descriptors."""
+        return [int(a.ctypes.data) for a in (self.codes, self.starts, self.ends)]
+
+    def leading(
+        self, length: int, key_values: pa.Array | None, names: tuple[str, str]
+    ) -> list[tuple[str, pa.Array]]:
+        """The key (if any) and window bound columns, ``names`` = (start, end)."""
+        utc = pa.timestamp("ns", tz="UTC")
+        out: list[tuple[str, pa.Array]] = []
+        if key_values is not None:
+            out.append(("key", key_values.take(pa.array(self.codes[:length]))))
+        out.append((names[0], pa.array(self.starts[:length]).view(utc)))
+        out.append((names[1], pa.array(self.ends[:length]).view(utc)))
+        return out

@@ -1,0 +1,97 @@
+"""hopping() and sessions(): Spark semantics, differential against DuckDB."""
+
+from __future__ import annotations
+
+import numpy as np
+import ops_oracle as oracle
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from ops_strategies import Rows, rows
+from test_ops_rolling import assert_matches
+
+import featureflow.ops as ops
+
+ALL = list(ops.AGGS)
+MIN = 60 * 10**9
+
+
+def _bounds(table: pa.Table, start: str, end: str) -> list[tuple[int, int]]:
+    s = table[start].cast(pa.int64()).to_pylist()
+    e = table[end].cast(pa.int64()).to_pylist()
+    return list(zip(s, e, strict=True))
+
+
+def _keys(table: pa.Table) -> list[object]:
+    return table["key"].to_pylist() if "key" in table.column_names else []
+
+
+def test_session_end_is_inclusive_like_spark() -> None:
+    ts = np.array([0, 10 * MIN, 19 * MIN + 59 * 10**9], dtype=np.int64)
+    table = ops.sessions(ts, pa.array([1.0, 2.0, 3.0]), "10m", ["count", "sum"])
+    assert _bounds(table, "session_start", "session_end") == [(0, 29 * MIN + 59 * 10**9)]
+    assert table["count"].to_pylist() == [3]
+    assert table.schema.field("session_start").type == pa.timestamp("ns", tz="UTC")
+
+
+def test_hopping_row_falls_in_every_overlapping_window_like_spark() -> None:
+    table = ops.hopping(np.array([0], dtype=np.int64), pa.array([1.0]), "10m", "5m", ["count"])
+    assert _bounds(table, "window_start", "window_end") == [(-5 * MIN, 5 * MIN), (0, 10 * MIN)]
+
+
+def test_sessions_drop_rows_with_non_positive_dynamic_gap() -> None:
+    ts = np.array([0, 5, 100], dtype=np.int64)
+    gaps = pa.array([10, -1, 0], pa.int64())
+    table = ops.sessions(ts, pa.array([1, 2, 3], pa.int64()), gaps, ["count", "max"])
+    assert _bounds(table, "session_start", "session_end") == [(0, 10)]
+    assert table["max"].to_pylist() == [1]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=rows(), size=st.sampled_from([1, 3, 10, 1000]), step=st.sampled_from([1, 2, 7, 500]))
+def test_hopping_matches_duckdb(data: Rows, size: int, step: int) -> None:
+    table = ops.hopping(data.ts, data.values, size, step, ALL, keys=data.keys)
+    expected = oracle.hopping(data.ts, data.values, size, step, ALL, data.keys)
+    assert table.num_rows == expected.num_rows
+    assert [s for s, _ in _bounds(table, "window_start", "window_end")] == expected[
+        "ws"
+    ].to_pylist()
+    if data.keys is not None:
+        assert _keys(table) == expected["k"].to_pylist()
+    for agg in ALL:
+        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=rows(), gap=st.sampled_from([1, 3, 50, 10**5]), dynamic=st.booleans())
+def test_sessions_match_duckdb(data: Rows, gap: int, dynamic: bool) -> None:
+    n = len(data.ts)
+    gaps = np.random.default_rng(n).integers(-2, 2 * gap, n) if dynamic else np.full(n, gap)
+    arg = pa.array(gaps) if dynamic else gap
+    table = ops.sessions(data.ts, data.values, arg, ALL, keys=data.keys)
+    expected = oracle.sessions(data.ts, data.values, gaps, ALL, data.keys)
+    assert table.num_rows == expected.num_rows
+    assert _bounds(table, "session_start", "session_end") == list(
+        zip(expected["s"].to_pylist(), expected["e"].to_pylist(), strict=True)
+    )
+    if data.keys is not None:
+        assert _keys(table) == expected["k"].to_pylist()
+    for agg in ALL:
+        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+
+
+def test_empty_inputs_have_the_schema() -> None:
+    empty_ts = np.array([], dtype=np.int64)
+    hop = ops.hopping(
+        empty_ts,
+        pa.array([], pa.float32()),
+        "1h",
+        "10m",
+        ["min", "count"],
+        keys=pa.array([], pa.int64()),
+    )
+    assert hop.schema.names == ["key", "window_start", "window_end", "min", "count"]
+    assert hop.schema.field("min").type == pa.float32()
+    ses = ops.sessions(empty_ts, pa.array([], pa.float64()), "30m", ["sum"])
+    assert ses.num_rows == 0
+    assert ses.schema.names == ["session_start", "session_end", "sum"]
