@@ -1,0 +1,286 @@
+"""Benchmark of the window kernels against DuckDB, Polars, pandas and Spark SQL.
+
+10 M events, 100 k keys, ts uniform over one day (in time order, as a stream
+delivers them): rolling count/sum/mean/min/max over 1 h; the same over 10 min,
+1 h and 24 h at once; sessions with a 30 min gap; and the unkeyed rolling sum
+against a memcpy of its inputs and outputs (the physical limit). Prints a
+markdown table, writes bench/results/kernels.json and kernels.png.
+
+Usage: .venv/bin/python bench/kernels.py [--events N] [--keys K] [--skip spark,pandas]
+(run by ``make bench``, not by the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+import featureflow.ops as ops  # noqa: E402
+from featureflow.ops import _backend  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+HOUR = 3_600 * 10**9
+AGGS5 = ["count", "sum", "mean", "min", "max"]
+
+
+def make_events(n: int, keys: int, seed: int = 42) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, 24 * HOUR, n))
+    return pa.table(
+        {
+            "ts": ts,
+            "k": rng.zipf(1.3, n) % keys,  # skewed users
+            "v": rng.gamma(2.0, 30.0, n),
+        }
+    )
+
+
+def timed(fn: Callable[[], object], repeat: int = 2) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def featureflow(backend: str, ev: pa.Table) -> dict[str, Callable[[], object]]:
+    def use() -> None:
+        os.environ[_backend.ENV_VAR] = backend
+        _backend.reset()
+
+    ts, v, k = ev["ts"], ev["v"], ev["k"]
+
+    def run(fn: Callable[[], object]) -> Callable[[], object]:
+        return lambda: (use(), fn())
+
+    return {
+        "rolling 1h keyed": run(lambda: ops.rolling(ts, v, "1h", AGGS5, keys=k)),
+        "rolling 10m+1h+24h keyed": run(
+            lambda: ops.rolling(ts, v, ["10m", "1h", "1d"], AGGS5, keys=k)
+        ),
+        "sessions 30m keyed": run(
+            lambda: ops.sessions(ts, v, "30m", ["count", "sum", "min", "max"], keys=k)
+        ),
+        "rolling sum 1h unkeyed": run(lambda: ops.rolling(ts, v, "1h", ["sum"])),
+    }
+
+
+def duckdb_tasks(ev: pa.Table) -> dict[str, Callable[[], object]]:
+    con = duckdb.connect()
+    con.register("ev", ev)
+
+    def frame(w: int, keyed: bool = True) -> str:
+        part = "PARTITION BY k " if keyed else ""
+        return f"({part}ORDER BY ts RANGE BETWEEN {w} PRECEDING AND CURRENT ROW)"
+
+    def five(w: int) -> str:
+        f = frame(w)
+        return (
+            f"count(v) OVER {f}, sum(v) OVER {f}, avg(v) OVER {f}, min(v) OVER {f}, max(v) OVER {f}"
+        )
+
+    def q(sql: str) -> Callable[[], object]:
+        return lambda: con.sql(sql).to_arrow_table()
+
+    windows = [600 * 10**9, HOUR, 24 * HOUR]
+    return {
+        "rolling 1h keyed": q(f"SELECT {five(HOUR)} FROM ev"),
+        "rolling 10m+1h+24h keyed": q("SELECT " + ", ".join(five(w) for w in windows) + " FROM ev"),
+        "sessions 30m keyed": q(
+            "WITH f AS (SELECT *, CASE WHEN ts - lag(ts) OVER (PARTITION BY k ORDER BY ts)"
+            " <= 1800000000000 THEN 0 ELSE 1 END AS o FROM ev),"
+            " s AS (SELECT *, sum(o) OVER (PARTITION BY k ORDER BY ts) sid FROM f) "
+            "SELECT k, min(ts), max(ts), count(v), sum(v), min(v), max(v) FROM s GROUP BY k, sid"
+        ),
+        "rolling sum 1h unkeyed": q(f"SELECT sum(v) OVER {frame(HOUR, keyed=False)} FROM ev"),
+    }
+
+
+def polars_tasks(ev: pa.Table) -> dict[str, Callable[[], object]]:
+    df = pl.from_arrow(ev).with_columns(pl.col("ts").cast(pl.Datetime("ns")))
+    assert isinstance(df, pl.DataFrame)
+
+    def five(w: str) -> list[pl.Expr]:
+        return [
+            getattr(pl.col("v"), f"rolling_{a}_by")("ts", window_size=w, closed="both")
+            .over("k")
+            .alias(f"{a}_{w}")
+            for a in ("sum", "mean", "min", "max")
+        ]
+
+    return {
+        "rolling 1h keyed": lambda: df.sort("k", "ts").select(five("1h")),
+        "rolling 10m+1h+24h keyed": lambda: df.sort("k", "ts").select(
+            five("10m") + five("1h") + five("1d")
+        ),
+        "rolling sum 1h unkeyed": lambda: df.select(
+            pl.col("v").rolling_sum_by("ts", window_size="1h", closed="both")
+        ),
+    }
+
+
+def pandas_tasks(ev: pa.Table) -> dict[str, Callable[[], object]]:
+    df = ev.to_pandas()
+    df["t"] = pd.to_datetime(df["ts"])
+    # pandas' time rolling excludes later rows with an equal ts (not RANGE); close enough for speed
+    return {
+        "rolling 1h keyed": lambda: (
+            df.set_index("t")
+            .groupby("k")["v"]
+            .rolling("1h", closed="both")
+            .agg(["count", "sum", "mean", "min", "max"])
+        ),
+        "rolling sum 1h unkeyed": lambda: df.set_index("t")["v"].rolling("1h", closed="both").sum(),
+    }
+
+
+def spark_tasks(ev: pa.Table) -> dict[str, Callable[[], object]]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("featureflow-bench")
+        .config("spark.driver.memory", "8g")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    pq = RESULTS / "_events.parquet"
+    import pyarrow.parquet as papq
+
+    papq.write_table(ev, pq)
+    df = spark.read.parquet(str(pq)).selectExpr(
+        "k", "v", "ts", "timestamp_micros(ts div 1000) AS t"
+    )
+    df.cache().count()
+    df.createOrReplaceTempView("ev")
+
+    def five(w: int) -> str:
+        f = f"(PARTITION BY k ORDER BY ts RANGE BETWEEN {w} PRECEDING AND CURRENT ROW)"
+        return ", ".join(f"{a}(v) OVER {f}" for a in ("count", "sum", "avg", "min", "max"))
+
+    def q(sql: str) -> Callable[[], object]:
+        return lambda: spark.sql(sql).write.format("noop").mode("overwrite").save()
+
+    return {
+        "rolling 1h keyed": q(f"SELECT {five(HOUR)} FROM ev"),
+        "sessions 30m keyed": q(
+            "SELECT k, session_window(t, '30 minutes') sw, count(v), sum(v), min(v), max(v)"
+            " FROM ev GROUP BY k, sw"
+        ),
+    }
+
+
+def memcpy_limit(ev: pa.Table) -> dict[str, Callable[[], object]]:
+    ts = ev["ts"].to_numpy()
+    v = ev["v"].to_numpy()
+    out_ts, out_v, out = np.empty_like(ts), np.empty_like(v), np.empty_like(v)
+
+    def copy() -> None:  # read inputs and write one output column: the unkeyed sum's traffic
+        np.copyto(out_ts, ts)
+        np.copyto(out_v, v)
+        np.copyto(out, v)
+
+    return {"rolling sum 1h unkeyed": copy}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--skip", default="", help="comma-separated engines to skip")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    ev = make_events(args.events, args.keys)
+    engines: dict[str, Callable[[pa.Table], dict[str, Callable[[], object]]]] = {
+        "featureflow mojo": lambda e: featureflow("mojo", e),
+        "featureflow numpy": lambda e: featureflow("numpy", e),
+        "duckdb": duckdb_tasks,
+        "polars": polars_tasks,
+        "pandas": pandas_tasks,
+        "spark": spark_tasks,
+        "memcpy": memcpy_limit,
+    }
+    seconds: dict[str, dict[str, float]] = {}
+    for engine, make in engines.items():
+        if engine in skip or engine.split()[-1] in skip:
+            continue
+        tasks = make(ev)
+        for task, fn in tasks.items():
+            repeat = 1 if engine in ("spark", "pandas", "featureflow numpy") else 3
+            fn()  # warm-up (JIT, caches, kernel load)
+            seconds.setdefault(task, {})[engine] = timed(fn, repeat)
+            print(
+                f"{engine:18s} {task:26s} {seconds[task][engine]:8.3f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+    n = args.events
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    lines = [
+        "| task | engine | seconds | M events/s | featureflow mojo speed-up |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for task, by_engine in seconds.items():
+        ff = by_engine.get("featureflow mojo")
+        for engine, s in sorted(by_engine.items(), key=lambda kv: kv[1]):
+            ratio = f"{s / ff:.1f}x" if ff else "-"
+            lines.append(f"| {task} | {engine} | {s:.3f} | {n / s / 1e6:.1f} | {ratio} |")
+    print("\n".join(lines))
+    report = {
+        "events": n,
+        "keys": args.keys,
+        "seconds": seconds,
+        "peak_rss_bytes": peak_rss,
+        "backend_reason": ops.backend_reason(),
+    }
+    (RESULTS / "kernels.json").write_text(json.dumps(report, indent=2) + "\n")
+    chart(seconds, n)
+    return 0
+
+
+def chart(seconds: dict[str, dict[str, float]], n: int) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no chart", file=sys.stderr)
+        return
+    tasks = list(seconds)
+    engines = sorted({e for by in seconds.values() for e in by})
+    fig, ax = plt.subplots(figsize=(11, 5))
+    width = 0.8 / len(engines)
+    for i, engine in enumerate(engines):
+        rates = [n / seconds[t][engine] / 1e6 if engine in seconds[t] else 0 for t in tasks]
+        ax.bar([x + i * width for x in range(len(tasks))], rates, width, label=engine)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(tasks))], tasks)
+    ax.set_yscale("log")
+    ax.set_ylabel("M events/s (log)")
+    ax.set_title(f"featureflow window kernels, {n / 1e6:.0f} M events")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "kernels.png", dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
