@@ -277,3 +277,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2, timeout_s: flo
         if "TOPIC_ALREADY_EXISTS" not in str(error):
             msg = f"could not create topic {topic!r} on {bootstrap}: {error}"
             raise KafkaBrokerError(msg) from error
+
+
+def delete_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Delete ``topic`` if it exists and wait until the broker no longer lists it."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    if topic not in admin.list_topics(timeout=timeout_s).topics:
+        return
+    admin.delete_topics([topic])[topic].result(timeout=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while topic in admin.list_topics(timeout=timeout_s).topics:
+        if time.monotonic() > deadline:
+            msg = f"topic {topic!r} still exists {timeout_s:.0f} s after its deletion"
+            raise KafkaBrokerError(msg)
+        time.sleep(0.2)

@@ -1,0 +1,45 @@
+"""``featureflow online show``: read features back through Feast's ``get_online_features``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("online", help="read online features through Feast")
+    actions = parser.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("show", help="print a view's online features for some entities")
+    show.add_argument("--repo", required=True, help="Feast repo directory")
+    show.add_argument("--view", required=True, help="feature view name")
+    show.add_argument("--keys", type=int, nargs="+", required=True, help="entity key values")
+    show.add_argument("--features", nargs="*", help="feature names (default: all of the view)")
+    show.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from featureflow.repo import load_store
+
+    store = load_store(args.repo)
+    view = store.get_stream_feature_view(args.view)
+    join_key = view.entity_columns[0].name
+    names = args.features or [f.name for f in view.features if f.name != join_key]
+    response = store.get_online_features(
+        features=[f"{args.view}:{name}" for name in names],
+        entity_rows=[{join_key: key} for key in args.keys],
+    ).to_dict()
+    table = Table(title=f"online features of {args.view} (via Feast get_online_features)")
+    table.add_column(join_key, justify="right")
+    for name in names:
+        table.add_column(name, justify="right")
+    for row, key in enumerate(response[join_key]):
+        cells = [str(key)]
+        for name in names:
+            value = response[name][row]
+            cells.append("-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value))
+        table.add_row(*cells)
+    Console(width=max(120, 14 * (len(names) + 1))).print(table)
+    return 0
