@@ -1,0 +1,90 @@
+# featureflow — the two commands a newcomer needs:
+#   make demo   set up, run the real-time job on local Kafka + local Spark + SQLite, show features
+#   make test   set up, run every test (unit, property, integration on the real services)
+# Everything is installed by these targets; nothing is assumed but Python 3.11,
+# Java 17+ and Maven (and apt-get for redis-server when it is missing).
+
+SHELL       := /bin/bash
+PYTHON      ?= python3.11
+VENV        := .venv
+BIN         := $(VENV)/bin
+FF          := $(BIN)/featureflow
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export PYSPARK_PYTHON := $(CURDIR)/$(BIN)/python
+# Spark's launcher finds pyspark through this interpreter.
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(BIN)/python
+
+DEMO_EVENTS ?= 50000
+DEMO_USERS  ?= 2000
+DEMO_CHECKPOINT := .featureflow/checkpoints/demo
+
+.PHONY: setup system-deps venv kernels jars demo test test-fast bench lint clean
+
+setup: system-deps venv kernels jars
+
+# Java and Maven run Kafka and fetch jars; redis-server backs the Redis online-store tests.
+system-deps:
+	@missing=""; \
+	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Compile the Mojo kernels into the package (src/featureflow/ops/_native/).
+kernels: venv
+	$(BIN)/python scripts/build_kernels.py
+
+# Kafka broker jars and Spark's Kafka connector, from Maven Central.
+jars: venv
+	$(FF) jars fetch
+
+demo: setup
+	@set -e; \
+	trap '$(FF) kafka down >/dev/null' EXIT; \
+	$(FF) doctor | head -3; \
+	$(FF) kafka up; \
+	$(FF) produce --topic transactions --events $(DEMO_EVENTS) --users $(DEMO_USERS) --seed 7 --fresh; \
+	$(FF) apply --repo feature_repo --schemas schemas; \
+	rm -rf $(DEMO_CHECKPOINT); mkdir -p .featureflow; \
+	echo "spark-submit jobs/realtime.py ... --available-now (log: .featureflow/demo-job.log)"; \
+	spark-submit jobs/realtime.py --repo feature_repo --schemas schemas \
+	  --checkpoint $(DEMO_CHECKPOINT) --available-now > .featureflow/demo-job.log 2>&1 \
+	  || { tail -40 .featureflow/demo-job.log; exit 1; }; \
+	grep -E 'INFO featureflow|WARNING featureflow' .featureflow/demo-job.log | cut -c1-200; \
+	$(FF) online show --repo feature_repo --view user_txn_stats --keys 1 2 3 4 5 10 50 \
+	  --features count_amount_600s sum_amount_600s count_amount_3600s sum_amount_3600s \
+	             mean_amount_86400s max_amount_86400s std_amount_86400s
+
+# All tests: unit, property, and integration tests that start the real Kafka
+# broker, local Spark and redis-server. Nothing is skipped.
+test: setup
+	$(BIN)/python -m pytest -p no:cacheprovider
+
+# The quick loop while developing: everything but the integration suites.
+test-fast: setup
+	$(BIN)/python -m pytest -m "not integration"
+
+bench: setup
+	$(BIN)/python bench/kernels.py
+	$(BIN)/python bench/online_write.py
+
+lint: venv
+	$(BIN)/ruff check src tests jobs bench scripts feature_repo
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info src/featureflow/ops/_native .featureflow feature_repo/data

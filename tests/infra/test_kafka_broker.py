@@ -1,0 +1,70 @@
+"""The local Kafka broker: real JVM, real client round trips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from featureflow.infra import kafka_broker, kafka_client
+
+pytestmark = pytest.mark.integration
+
+
+def test_server_properties_describe_one_kraft_node_on_loopback() -> None:
+    config = kafka_broker.BrokerConfig(port=19092)
+    text = kafka_broker.server_properties(config)
+    assert "process.roles=broker,controller" in text
+    assert "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093" in text
+    assert f"log.dirs={config.data_dir}" in text
+
+
+def test_start_is_idempotent(kafka_bootstrap: str) -> None:
+    assert kafka_bootstrap == "127.0.0.1:9092"
+    assert kafka_broker.start() == kafka_bootstrap
+    assert kafka_broker.accepts_connections(kafka_broker.BrokerConfig())
+
+
+def test_records_round_trip_through_the_broker(kafka_bootstrap: str, topic: str) -> None:
+    from confluent_kafka import Consumer
+
+    records = [(str(i).encode(), f'{{"n": {i}}}'.encode()) for i in range(50)]
+    assert kafka_client.produce(kafka_bootstrap, topic, records) == 50
+    assert sum(kafka_client.end_offsets(kafka_bootstrap, topic).values()) == 50
+
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    received = []
+    try:
+        for _ in range(100):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                received.append((message.key(), message.value()))
+            if len(received) == 50:
+                break
+    finally:
+        consumer.close()
+    assert sorted(received) == sorted(records)
+
+
+def test_delete_then_create_topic_empties_it(kafka_bootstrap: str, topic: str) -> None:
+    kafka_client.produce(kafka_bootstrap, topic, [(None, b"x")])
+    kafka_broker.delete_topic(kafka_bootstrap, topic)
+    kafka_broker.create_topic(kafka_bootstrap, topic)
+    assert sum(kafka_client.end_offsets(kafka_bootstrap, topic).values()) == 0
+
+
+def test_a_port_held_by_something_else_is_reported(tmp_path: Path) -> None:
+    import socket
+
+    from featureflow.errors import KafkaBrokerError
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        config = kafka_broker.BrokerConfig(port=port, directory=tmp_path)
+        with pytest.raises(KafkaBrokerError, match="not a Kafka broker"):
+            kafka_broker.start(config, timeout_s=5)

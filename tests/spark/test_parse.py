@@ -1,0 +1,96 @@
+"""Parsing Kafka records in Spark: typed events, or the field and reason they can't be used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from featureflow.repo import StreamViewSpec
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
+
+pytestmark = pytest.mark.integration
+
+SPEC = StreamViewSpec(
+    name="user_txn_stats",
+    join_key="user_id",
+    timestamp_field="event_timestamp",
+    topic="transactions",
+    bootstrap_servers="127.0.0.1:9092",
+    json_schema="user_id long, amount double, merchant string, event_timestamp string",
+    watermark_ns=0,
+    aggregations=(),
+)
+
+CASES: list[tuple[bytes | None, str | None, str | None, int | None]] = [
+    # value, error field, reason (substring), expected event ns
+    (b'{"user_id":1,"amount":2.5,"merchant":"a","event_timestamp":"2026-11-30T00:00:00.250Z"}',
+     None, None, 1_795_996_800_250_000_000),
+    (b'{"user_id":2,"amount":null,"event_timestamp":1795996800250}', None, None, 1_795_996_800_250_000_000),
+    (b'{"user_id":3,"amount":4,"event_timestamp":"2026-11-30T01:00:00+01:00"}', None, None,
+     1_795_996_800_000_000_000),
+    (b"not json", "value", "not a JSON object", None),
+    (b"", "value", "not a JSON object", None),
+    (None, "value", "not a JSON object", None),
+    (b"[1, 2]", "value", "not a JSON object", None),
+    (b'{"user_id":1,"amount":2.5', "value", "not a JSON object", None),
+    (b'{"amount":1,"event_timestamp":1}', "user_id", "missing or null entity key", None),
+    (b'{"user_id":null,"event_timestamp":1}', "user_id", "missing or null entity key", None),
+    (b'{"user_id":"abc","event_timestamp":1}', "user_id", "not an integer", None),
+    (b'{"user_id":3.5,"event_timestamp":1}', "user_id", "not an integer", None),
+    (b'{"user_id":3}', "event_timestamp", "missing or null event timestamp", None),
+    (b'{"user_id":3,"event_timestamp":"yesterday"}', "event_timestamp", "not an RFC 3339", None),
+    (b'{"user_id":3,"event_timestamp":1,"amount":"x"}', "amount", "not a valid double", None),
+]  # fmt: skip
+
+
+def _records(spark, values):  # type: ignore[no-untyped-def]
+    rows = [(value, "t", 0, offset) for offset, value in enumerate(values)]
+    return spark.createDataFrame(rows, "value binary, topic string, partition int, offset long")
+
+
+def test_each_bad_record_names_its_field_and_reason(spark) -> None:  # type: ignore[no-untyped-def]
+    parsed = parse_events(_records(spark, [case[0] for case in CASES]), SPEC)
+    rows = sorted(parsed.collect(), key=lambda row: row["offset"])
+    assert len(rows) == len(CASES)
+    for row, (value, field, reason, event_ns) in zip(rows, CASES, strict=True):
+        assert row[ERROR_FIELD] == field, value
+        if reason is None:
+            assert row[ERROR_REASON] is None, value
+            assert row[EVENT_NS] == event_ns, value
+        else:
+            assert reason in row[ERROR_REASON], value
+        assert row["value"] == (bytearray(value) if value is not None else None)
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+_events = st.fixed_dictionaries(
+    {},
+    optional={
+        "user_id": _json_values,
+        "amount": _json_values,
+        "merchant": _json_values,
+        "event_timestamp": _json_values,
+    },
+).map(lambda event: json.dumps(event).encode())
+_record_values = st.one_of(_events, st.binary(max_size=40), st.none())
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(_record_values, min_size=1, max_size=60))
+def test_every_record_is_either_an_event_or_has_a_reason(spark, values) -> None:  # type: ignore[no-untyped-def]
+    rows = parse_events(_records(spark, values), SPEC).collect()
+    assert len(rows) == len(values)  # nothing vanishes
+    for row in rows:
+        if row[ERROR_REASON] is None:
+            assert row["user_id"] is not None
+            assert row[EVENT_NS] is not None
+            assert row[ERROR_FIELD] is None
+        else:
+            assert row[ERROR_FIELD] in {"value", "user_id", "event_timestamp", "amount", "merchant"}
