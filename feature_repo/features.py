@@ -28,8 +28,14 @@ _TXN_AGGREGATIONS = [
     for window in TXN_WINDOWS
     for fn in TXN_FUNCTIONS
 ]
-_OUTPUT_TYPES = {"count": Int64, "sum": Float64, "mean": Float64, "min": Float64,
-                 "max": Float64, "std": Float64}
+_OUTPUT_TYPES = {
+    "count": Int64,
+    "sum": Float64,
+    "mean": Float64,
+    "min": Float64,
+    "max": Float64,
+    "std": Float64,
+}
 
 user = Entity(
     name="user",

@@ -13,7 +13,14 @@ from featureflow.repo import AggregationSpec, StreamViewSpec
 
 END_NS = 1_795_996_800_000_000_000
 WINDOWS_S = (600, 3600, 86_400)
-FUNCTIONS = {"count": "count", "sum": "sum", "mean": "avg", "min": "min", "max": "max", "std": "stddev_samp"}
+FUNCTIONS = {
+    "count": "count",
+    "sum": "sum",
+    "mean": "avg",
+    "min": "min",
+    "max": "max",
+    "std": "stddev_samp",
+}
 
 SPEC = StreamViewSpec(
     name="user_txn_stats",
@@ -34,7 +41,9 @@ SPEC = StreamViewSpec(
 def _events(n: int, users: int, seed: int) -> pa.Table:
     generated = sample.generate(n, users=users, seed=seed, end_ns=END_NS)
     amount = pa.array(generated.amount, mask=np.isnan(generated.amount))
-    return pa.table({"user_id": generated.user_id, "event_ns": generated.event_ns, "amount": amount})
+    return pa.table(
+        {"user_id": generated.user_id, "event_ns": generated.event_ns, "amount": amount}
+    )
 
 
 def _duckdb_per_event(events: pa.Table) -> pa.Table:

@@ -75,6 +75,16 @@ class StreamViewSpec:
         return tuple(agg.output_name for agg in self.aggregations)
 
 
+def _json_schema(view_name: str, message_format: object) -> str:
+    from feast.data_format import JsonFormat
+
+    if not isinstance(message_format, JsonFormat):
+        kind = type(message_format).__name__
+        msg = f"stream view {view_name!r}: featureflow reads JSON messages, got {kind}"
+        raise RepoError(msg)
+    return str(message_format.schema_json)
+
+
 def load_store(repo_path: str | Path) -> FeatureStore:
     """Feast's ``FeatureStore`` of the repo at ``repo_path`` (its ``feature_store.yaml``)."""
     from feast import FeatureStore
@@ -92,11 +102,14 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
 
     source = view.stream_source
     if not isinstance(source, KafkaSource):
-        msg = f"stream view {view.name!r}: featureflow reads Kafka sources, got {type(source).__name__}"
+        kind = type(source).__name__
+        msg = f"stream view {view.name!r}: featureflow reads Kafka sources, got {kind}"
         raise RepoError(msg)
     join_keys = [column.name for column in view.entity_columns]
     if len(join_keys) != 1:
-        msg = f"stream view {view.name!r}: exactly one entity join key is supported, got {join_keys}"
+        msg = (
+            f"stream view {view.name!r}: exactly one entity join key is supported, got {join_keys}"
+        )
         raise RepoError(msg)
     aggregations = []
     for aggregation in view.aggregations:
@@ -109,7 +122,10 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
             raise RepoError(msg)
         window = aggregation.time_window
         if window is None or window.total_seconds() <= 0:
-            msg = f"stream view {view.name!r}: aggregation {aggregation.function}({aggregation.column}) needs a positive time_window"
+            msg = (
+                f"stream view {view.name!r}: aggregation "
+                f"{aggregation.function}({aggregation.column}) needs a positive time_window"
+            )
             raise RepoError(msg)
         aggregations.append(
             AggregationSpec(
@@ -127,7 +143,7 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
         timestamp_field=view.timestamp_field or source.timestamp_field,
         topic=kafka.topic,
         bootstrap_servers=kafka.kafka_bootstrap_servers,
-        json_schema=kafka.message_format.schema_json,
+        json_schema=_json_schema(view.name, kafka.message_format),
         watermark_ns=round(watermark.total_seconds() * NS_PER_S) if watermark else 0,
         aggregations=tuple(aggregations),
     )

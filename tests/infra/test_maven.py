@@ -26,7 +26,9 @@ def test_artifact_name_strips_the_version(jar: str, artifact: str) -> None:
 
 @given(
     artifact=st.from_regex(r"[a-z][a-z0-9]*(-[a-z][a-z0-9_.]*)*(_2\.1[23])?", fullmatch=True),
-    version=st.lists(st.integers(0, 99), min_size=2, max_size=4).map(lambda p: ".".join(map(str, p))),
+    version=st.lists(st.integers(0, 99), min_size=2, max_size=4).map(
+        lambda p: ".".join(map(str, p))
+    ),
 )
 def test_artifact_name_round_trips(artifact: str, version: str) -> None:
     assert maven.artifact_name(f"{artifact}-{version}.jar") == artifact

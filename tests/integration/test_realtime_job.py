@@ -27,7 +27,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 END_NS = 1_795_996_800_000_000_000
 WINDOWS_S = (600, 3600, 86_400)
-SQL = {"count": "count", "sum": "sum", "mean": "avg", "min": "min", "max": "max", "std": "stddev_samp"}
+SQL = {
+    "count": "count",
+    "sum": "sum",
+    "mean": "avg",
+    "min": "min",
+    "max": "max",
+    "std": "stddev_samp",
+}
 BAD_RECORDS = [
     b"{this is not json",
     b'{"user_id": "abc", "amount": 1.0, "event_timestamp": 1795996800000}',
@@ -37,7 +44,9 @@ BAD_RECORDS = [
 
 def _run(command: list[str], timeout: int = 420) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
 
 
 def _point_repo_at(repo: Path, topic: str) -> None:
@@ -101,7 +110,9 @@ def test_job_writes_online_features_equal_to_duckdb(
     assert "kernels: mojo" in log
     # Bad input is counted and skipped, each with a log line naming its offset.
     for offset, reason in zip(
-        bad_offsets, ("not a JSON object", "entity key is not an integer", "not an RFC 3339"), strict=True
+        bad_offsets,
+        ("not a JSON object", "entity key is not an integer", "not an RFC 3339"),
+        strict=True,
     ):
         pattern = rf"skipped record {topic}\[{bad_partition}\]@{offset}: field '\w+': {reason}"
         assert re.search(pattern, log), pattern

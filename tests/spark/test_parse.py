@@ -28,7 +28,8 @@ CASES: list[tuple[bytes | None, str | None, str | None, int | None]] = [
     # value, error field, reason (substring), expected event ns
     (b'{"user_id":1,"amount":2.5,"merchant":"a","event_timestamp":"2026-11-30T00:00:00.250Z"}',
      None, None, 1_795_996_800_250_000_000),
-    (b'{"user_id":2,"amount":null,"event_timestamp":1795996800250}', None, None, 1_795_996_800_250_000_000),
+    (b'{"user_id":2,"amount":null,"event_timestamp":1795996800250}',
+     None, None, 1_795_996_800_250_000_000),
     (b'{"user_id":3,"amount":4,"event_timestamp":"2026-11-30T01:00:00+01:00"}', None, None,
      1_795_996_800_000_000_000),
     (b"not json", "value", "not a JSON object", None),
@@ -66,8 +67,14 @@ def test_each_bad_record_names_its_field_and_reason(spark) -> None:  # type: ign
 
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 _events = st.fixed_dictionaries(
@@ -82,7 +89,9 @@ _events = st.fixed_dictionaries(
 _record_values = st.one_of(_events, st.binary(max_size=40), st.none())
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(values=st.lists(_record_values, min_size=1, max_size=60))
 def test_every_record_is_either_an_event_or_has_a_reason(spark, values) -> None:  # type: ignore[no-untyped-def]
     rows = parse_events(_records(spark, values), SPEC).collect()

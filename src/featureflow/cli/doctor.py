@@ -33,7 +33,15 @@ def run(_args: argparse.Namespace) -> int:
         print(f"  library      : {facts['library']}")
     print(f"  mojo         : {facts.get('mojo_version', _version('mojo'))}")
     print(f"python         : {sys.version.split()[0]} ({sys.executable}) on {platform.machine()}")
-    for package in ("featureflow", "pyspark", "pyarrow", "feast", "confluent-kafka", "numpy", "pandas"):
+    for package in (
+        "featureflow",
+        "pyspark",
+        "pyarrow",
+        "feast",
+        "confluent-kafka",
+        "numpy",
+        "pandas",
+    ):
         print(f"{package:<15}: {_version(package)}")
     print(f"java           : {shutil.which('java') or 'not found'}")
     print(f"maven          : {shutil.which('mvn') or 'not found'}")

@@ -39,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
         cells = [str(key)]
         for name in names:
             value = response[name][row]
-            cells.append("-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value))
+            cells.append(
+                "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
+            )
         table.add_row(*cells)
     Console(width=max(120, 14 * (len(names) + 1))).print(table)
     return 0

@@ -13,7 +13,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--events", type=int, default=10_000, help="number of events")
     parser.add_argument("--users", type=int, default=1_000, help="distinct users (Zipf-skewed)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--span", type=float, default=86_400.0, help="seconds of event time, ending now")
+    parser.add_argument(
+        "--span", type=float, default=86_400.0, help="seconds of event time, ending now"
+    )
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--partitions", type=int, default=2, help="partitions of a new topic")
     parser.add_argument("--fresh", action="store_true", help="delete and recreate the topic first")

@@ -76,7 +76,9 @@ def generate(
 
     # Zipf-like activity: rank r is drawn with weight 1 / r^1.1.
     weights = 1.0 / np.arange(1, users + 1) ** 1.1
-    user_id = rng.choice(np.arange(1, users + 1, dtype=np.int64), size=events, p=weights / weights.sum())
+    user_id = rng.choice(
+        np.arange(1, users + 1, dtype=np.int64), size=events, p=weights / weights.sum()
+    )
 
     # Bursts: burst start times uniform over the span, events within a burst
     # a few seconds to minutes apart; then everything sorted by event time.
@@ -89,8 +91,12 @@ def generate(
     # Out of order: a few events are produced later than their event time says
     # (moved back by 1-4 minutes; one in ten of them by 1-3 hours).
     late = rng.random(events) < out_of_order_share
-    shift_s = np.where(rng.random(events) < 0.1, rng.uniform(3600, 10_800, events), rng.uniform(60, 240, events))
-    event_ns = np.where(late, event_ns - (shift_s * NS_PER_S).astype(np.int64) // NS_PER_MS * NS_PER_MS, event_ns)
+    shift_s = np.where(
+        rng.random(events) < 0.1, rng.uniform(3600, 10_800, events), rng.uniform(60, 240, events)
+    )
+    event_ns = np.where(
+        late, event_ns - (shift_s * NS_PER_S).astype(np.int64) // NS_PER_MS * NS_PER_MS, event_ns
+    )
 
     amount = np.round(rng.lognormal(mean=3.0, sigma=1.0, size=events), 2)
     amount[rng.random(events) < null_share] = np.nan

@@ -9,6 +9,7 @@ Kafka's own scripts do: ``kafka.tools.StorageTool format`` once, then
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -96,7 +97,10 @@ def _java() -> str:
         return str(candidate)
     found = shutil.which("java")
     if found is None:
-        msg = "Java is not installed; Kafka needs Java 17+ (e.g. 'apt-get install openjdk-17-jre-headless')"
+        msg = (
+            "Java is not installed; Kafka needs Java 17+ "
+            "(e.g. 'apt-get install openjdk-17-jre-headless')"
+        )
         raise KafkaBrokerError(msg)
     return found
 
@@ -174,7 +178,9 @@ def start(config: BrokerConfig | None = None, *, timeout_s: float = 90.0) -> str
     if accepts_connections(config):
         if _serves_kafka(config):
             return config.bootstrap
-        msg = f"port {config.port} on {config.host} is taken by a process that is not a Kafka broker"
+        msg = (
+            f"port {config.port} on {config.host} is taken by a process that is not a Kafka broker"
+        )
         raise KafkaBrokerError(msg)
     config.root.mkdir(parents=True, exist_ok=True)
     properties = config.root / "server.properties"
@@ -201,7 +207,7 @@ def _serves_kafka(config: BrokerConfig, timeout_s: float = 5.0) -> bool:
     admin = AdminClient({"bootstrap.servers": config.bootstrap})
     try:
         admin.list_topics(timeout=timeout_s)
-    except Exception:  # noqa: BLE001 - any failure means "not a usable broker"
+    except Exception:
         return False
     return True
 
@@ -218,7 +224,10 @@ def wait_until_ready(
         if accepts_connections(config) and _serves_kafka(config):
             return
         time.sleep(0.5)
-    msg = f"the Kafka broker did not answer on {config.bootstrap} within {timeout_s:.0f} s:\n{_log_tail(config)}"
+    msg = (
+        f"the Kafka broker did not answer on {config.bootstrap} within {timeout_s:.0f} s:\n"
+        f"{_log_tail(config)}"
+    )
     raise KafkaBrokerError(msg)
 
 
@@ -256,10 +265,8 @@ def stop(config: BrokerConfig | None = None, *, timeout_s: float = 30.0) -> bool
 def _reap(pid: int) -> None:
     # When this process started the broker, collect its exit status so it does
     # not linger as a zombie (which os.kill(pid, 0) would still see).
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 2, timeout_s: float = 30.0) -> None:
@@ -270,7 +277,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2, timeout_s: flo
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=timeout_s).topics:
         return
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
+    )
     try:
         futures[topic].result(timeout=timeout_s)
     except KafkaException as error:

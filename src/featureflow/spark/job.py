@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from featureflow.errors import FeatureflowError
+from featureflow.errors import FeatureflowError, SchemaMismatchError
 
 log = logging.getLogger("featureflow.job")
 
@@ -18,17 +18,35 @@ def build_parser() -> argparse.ArgumentParser:
         prog="realtime.py",
         description="Compute the Feast repo's stream features from Kafka into its online store.",
     )
-    parser.add_argument("--repo", required=True, help="Feast repo (directory of feature_store.yaml)")
-    parser.add_argument("--schemas", help="directory of the .mojo feature schemas (the schema gate)")
-    parser.add_argument("--view", action="append", help="stream view to run (repeatable; default all)")
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the view's KafkaSource)")
-    parser.add_argument("--checkpoint", required=True, help="checkpoint directory (any Hadoop path)")
-    parser.add_argument("--starting-offsets", default="earliest", help="for a new checkpoint (default earliest)")
-    parser.add_argument("--max-offsets-per-trigger", type=int, help="cap on records per micro-batch")
-    parser.add_argument("--available-now", action="store_true", help="process what the topic holds, then exit")
+    parser.add_argument(
+        "--repo", required=True, help="Feast repo (directory of feature_store.yaml)"
+    )
+    parser.add_argument(
+        "--schemas", help="directory of the .mojo feature schemas (the schema gate)"
+    )
+    parser.add_argument(
+        "--view", action="append", help="stream view to run (repeatable; default all)"
+    )
+    parser.add_argument(
+        "--bootstrap", help="Kafka bootstrap servers (default: the view's KafkaSource)"
+    )
+    parser.add_argument(
+        "--checkpoint", required=True, help="checkpoint directory (any Hadoop path)"
+    )
+    parser.add_argument(
+        "--starting-offsets", default="earliest", help="for a new checkpoint (default earliest)"
+    )
+    parser.add_argument(
+        "--max-offsets-per-trigger", type=int, help="cap on records per micro-batch"
+    )
+    parser.add_argument(
+        "--available-now", action="store_true", help="process what the topic holds, then exit"
+    )
     parser.add_argument("--trigger", help="processing-time trigger interval, e.g. '5 seconds'")
     parser.add_argument("--partitions", type=int, help="partitions of the entity shuffle")
-    parser.add_argument("--master", help="Spark master URL (default: spark-submit's, else local[*])")
+    parser.add_argument(
+        "--master", help="Spark master URL (default: spark-submit's, else local[*])"
+    )
     parser.add_argument(
         "--kafka-option", action="append", default=[], metavar="KEY=VALUE",
         help="extra Kafka client setting (SASL/SSL, ...); repeatable",
@@ -49,10 +67,15 @@ def _kafka_options(pairs: list[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job; returns the exit status (0 when ``--available-now`` drained the topic)."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
+    except SchemaMismatchError as error:
+        log.error("the schema gate refused to materialise:\n%s", error.report.to_table())
+        return 1
     except FeatureflowError as error:
         log.error("%s", error)
         return 1
@@ -67,10 +90,16 @@ def _run(args: argparse.Namespace) -> int:
     repo_path = str(Path(args.repo).resolve())
     store = load_store(repo_path)
     specs = stream_view_specs(store, args.view)
+    feature_schemas = {}
     if args.schemas:
-        from featureflow.schema import check_repo
+        from featureflow.schema import check_repo, read_schemas
 
+        # The gate, against the live registry, before anything is materialised.
         check_repo(repo_path, args.schemas)
+        feature_schemas = {
+            s.view: s for s in read_schemas(sorted(Path(args.schemas).glob("*.mojo")))
+        }
+        log.info("schema gate passed for %s", sorted(feature_schemas))
     log.info("kernels: %s (%s)", ops.backend(), ops.backend_reason())
     options = StreamOptions(
         checkpoint=args.checkpoint,
@@ -83,7 +112,10 @@ def _run(args: argparse.Namespace) -> int:
         kafka_options=_kafka_options(args.kafka_option),
     )
     spark = build_session("featureflow-realtime", master=args.master)
-    running = [start_view_query(spark, spec, repo_path, options) for spec in specs]
+    running = [
+        start_view_query(spark, spec, repo_path, options, feature_schemas.get(spec.name))
+        for spec in specs
+    ]
     try:
         for query, _processor in running:
             query.awaitTermination()

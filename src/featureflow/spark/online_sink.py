@@ -24,6 +24,8 @@ from featureflow.spark.parse import EVENT_NS
 if TYPE_CHECKING:
     from feast import FeatureStore
 
+    from featureflow.schema import FeatureSchema
+
 log = logging.getLogger(__name__)
 
 STATS_SCHEMA = "rows long, entities long, backend string"
@@ -44,24 +46,37 @@ def _store(repo_path: str) -> FeatureStore:
 def online_rows(events: pa.Table, spec: StreamViewSpec) -> pa.Table:
     """The online-store rows of a set of events: per entity, its features as of its latest event.
 
-    Columns: the join key, the view's timestamp field (timestamp[ns, UTC]), the features.
+    Columns: the join key, the view's timestamp field (timestamp[us, UTC], the
+    precision Feast stores), the features.
     """
     latest = features.latest_per_entity(features.event_features(events, spec), spec.join_key)
-    stamps = latest.column(EVENT_NS).cast(pa.timestamp("ns", tz="UTC"))
+    # Event times arrive with millisecond precision: truncating ns to us loses nothing.
+    stamps = (
+        latest.column(EVENT_NS)
+        .cast(pa.timestamp("ns", tz="UTC"))
+        .cast(pa.timestamp("us", tz="UTC"), safe=False)
+    )
     return latest.drop_columns([EVENT_NS]).add_column(1, spec.timestamp_field, stamps)
 
 
 def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> None:
-    """Upsert ``rows`` into the view's online store."""
-    store.write_to_online_store(spec.name, rows.to_pandas())
+    """Upsert ``rows`` into the view's online store; rows older than the stored ones are skipped."""
+    from featureflow import online
+
+    online.write(store, spec.name, rows)
 
 
 @dataclass(frozen=True)
 class OnlineFeatureWriter:
-    """``mapInArrow`` function: compute and write one partition's features; yield its stats."""
+    """``mapInArrow`` function: compute and write one partition's features; yield its stats.
+
+    With a ``feature_schema`` (the view's ``.mojo`` schema) every batch's Arrow
+    schema passes the schema gate before anything is written.
+    """
 
     spec: StreamViewSpec
     repo_path: str
+    feature_schema: FeatureSchema | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         received = [batch for batch in batches if batch.num_rows]
@@ -69,6 +84,10 @@ class OnlineFeatureWriter:
             return
         events = pa.Table.from_batches(received)
         rows = online_rows(events, self.spec)
+        if self.feature_schema is not None:
+            from featureflow.schema import check_batch
+
+            check_batch(rows.schema, self.feature_schema)
         write_online(_store(str(Path(self.repo_path))), self.spec, rows)
         yield pa.RecordBatch.from_pydict(
             {"rows": [events.num_rows], "entities": [rows.num_rows], "backend": [ops.backend()]}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from featureflow.errors import RepoError
 from featureflow.repo import StreamViewSpec
 
 if TYPE_CHECKING:
@@ -41,9 +42,15 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL(spec.json_schema)
+    if not isinstance(schema, StructType):
+        msg = f"view {spec.name!r}: the JSON schema {spec.json_schema!r} is not a list of fields"
+        raise RepoError(msg)
     text = F.col("value").cast("string")
     parsed = F.from_json(text, schema)
-    is_object = F.coalesce(F.trim(text).startswith("{"), F.lit(False)) & F.json_object_keys(text).isNotNull()
+    is_object = (
+        F.coalesce(F.trim(text).startswith("{"), F.lit(False))
+        & F.json_object_keys(text).isNotNull()
+    )
 
     def raw_field(name: str) -> Column:
         return F.get_json_object(text, f"$.{name}")
@@ -59,7 +66,11 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         (raw_field(spec.join_key).isNull(), spec.join_key, "missing or null entity key"),
         (parsed[spec.join_key].isNull(), spec.join_key, "entity key is not an integer"),
         (stamp.isNull(), spec.timestamp_field, "missing or null event timestamp"),
-        (event_ts.isNull(), spec.timestamp_field, "not an RFC 3339 timestamp or epoch milliseconds"),
+        (
+            event_ts.isNull(),
+            spec.timestamp_field,
+            "not an RFC 3339 timestamp or epoch milliseconds",
+        ),
     ]
     for field in schema.fields:
         if field.name in (spec.join_key, spec.timestamp_field):

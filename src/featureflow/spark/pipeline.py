@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from featureflow.schema import FeatureSchema
+
 log = logging.getLogger("featureflow.job")
 
 MAX_LOGGED_BAD_RECORDS = 20
@@ -66,6 +68,7 @@ class MicroBatchProcessor:
     spec: StreamViewSpec
     repo_path: str
     partitions: int
+    feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -80,7 +83,8 @@ class MicroBatchProcessor:
             for row in bad_rows.limit(MAX_LOGGED_BAD_RECORDS).collect():
                 log.warning(
                     "skipped record %s[%d]@%d: field %r: %s",
-                    row["topic"], row["partition"], row["offset"], row[ERROR_FIELD], row[ERROR_REASON],
+                    row["topic"], row["partition"], row["offset"],
+                    row[ERROR_FIELD], row[ERROR_REASON],
                 )  # fmt: skip
             if bad_count:
                 for row in bad_rows.groupBy(ERROR_REASON).count().collect():
@@ -91,7 +95,7 @@ class MicroBatchProcessor:
             good = batch.filter(F.col(ERROR_REASON).isNull()).select(
                 self.spec.join_key, EVENT_NS, *self.spec.value_columns
             )
-            writer = OnlineFeatureWriter(self.spec, self.repo_path)
+            writer = OnlineFeatureWriter(self.spec, self.repo_path, self.feature_schema)
             stats = (
                 good.repartition(self.partitions, self.spec.join_key)
                 .mapInArrow(writer, STATS_SCHEMA)
@@ -131,11 +135,15 @@ def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions
 
 
 def start_view_query(
-    spark: SparkSession, spec: StreamViewSpec, repo_path: str, options: StreamOptions
+    spark: SparkSession,
+    spec: StreamViewSpec,
+    repo_path: str,
+    options: StreamOptions,
+    feature_schema: FeatureSchema | None = None,
 ) -> tuple[StreamingQuery, MicroBatchProcessor]:
     """Start the streaming query of one view; returns it with its batch processor (for counters)."""
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    processor = MicroBatchProcessor(spec, repo_path, partitions)
+    processor = MicroBatchProcessor(spec, repo_path, partitions, feature_schema)
     writer = (
         parse_events(read_kafka(spark, spec, options), spec)
         .writeStream.queryName(f"featureflow_{spec.name}")

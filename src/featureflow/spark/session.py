@@ -82,6 +82,6 @@ def _kafka_source_loadable(spark: SparkSession) -> bool:
     loader = jvm.Thread.currentThread().getContextClassLoader()
     try:
         jvm.java.lang.Class.forName(KAFKA_SOURCE_CLASS, False, loader)
-    except Exception:  # noqa: BLE001 - py4j raises its own error type for ClassNotFound
+    except Exception:
         return False
     return True
