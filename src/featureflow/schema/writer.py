@@ -51,7 +51,9 @@ def check_identifier(name: str, what: str) -> None:
 def struct_name(view: str) -> str:
     """``user_txn_stats`` -> ``UserTxnStats``."""
     name = "".join(part[:1].upper() + part[1:] for part in view.split("_") if part)
-    return name if name.isidentifier() and not name[0].isdigit() else f"View{name}"
+    if name.isidentifier() and name not in MOJO_KEYWORDS:
+        return name
+    return f"View{name}"  # "2fa" -> View2fa, "true" -> True is a keyword -> ViewTrue
 
 
 def _markers(schema: FeatureSchema) -> list[str]:
