@@ -210,3 +210,19 @@ def test_stream_guard_refuses_a_drifted_registry(applied: Repo) -> None:
         check_repo(applied.repo, applied.schemas)
     assert "sum_amount_600s" in str(caught.value)
     assert failed(caught.value.report, "field", "sum_amount_600s")
+
+
+def test_validate_takes_a_feast_view_object(fresh: Repo) -> None:
+    import importlib.util
+
+    from featureflow.schema.feast_repo import _repo_imports
+
+    retyped_field(fresh)
+    with _repo_imports(fresh.repo):
+        spec = importlib.util.spec_from_file_location("ff_test_features", fresh.features)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    report = validate(module.user_txn_stats, fresh.schema)
+    assert failed(report, "field", "sum_amount_600s")
+    assert not failed(report, "compatibility")  # no registry: nothing to compare

@@ -1,9 +1,9 @@
-"""The gate's checks: schemas against Feast views, against the previous
-registry version, and against a micro-batch's Arrow schema.
+"""The gate's checks of schemas against Feast views.
 
 Each check returns :class:`Row` objects; in every row ``expected`` is what
 the reviewed ``.mojo`` schema (or, for aggregations, the aggregation) says
-and ``actual`` what Feast or Arrow has.
+and ``actual`` what Feast has. The version rule is in ``compat``, the
+micro-batch check in ``batch``.
 """
 
 from __future__ import annotations
@@ -11,32 +11,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
+from featureflow.schema.compat import check_compatibility
 from featureflow.schema.feast_repo import VERSION_TAG, ViewSpec
 from featureflow.schema.model import (
     FeatureSchema,
     ListType,
     Role,
     SchemaField,
-    SemVer,
     TimestampType,
 )
-from featureflow.schema.report import Row, Status
+from featureflow.schema.report import ABSENT, Row, Status
 from featureflow.schema.typemap import (
     FEAST_TIMESTAMP,
     aggregation_output,
-    arrow_matches,
     feast_name,
     from_feast,
-    to_arrow,
     to_feast,
 )
 
 if TYPE_CHECKING:
     from feast.types import FeastType
-
-ABSENT = "absent"
 
 
 def _declaration(name: str, dtype: FeastType | None, role: Role = Role.FEATURE) -> str:
@@ -326,137 +320,6 @@ def _check_version(view: ViewSpec, schema: FeatureSchema) -> list[Row]:
     return [Row(Status.PASS, view.name, "version", VERSION_TAG, schema.version, tag)]
 
 
-def _typed_fields(view: ViewSpec) -> dict[str, FeastType]:
-    return {**dict(view.join_keys), **dict(view.features)}
-
-
-def check_compatibility(view: ViewSpec, previous: ViewSpec | None) -> list[Row]:
-    """The version rule against the registry's current view.
-
-    Same version: no field may change. Lower version: refused. Major bump:
-    anything goes. Minor bump: fields may be added, not removed or re-typed.
-    Patch bump: no field may be added, removed or re-typed.
-    """
-    if previous is None:
-        return [
-            Row(
-                Status.PASS,
-                view.name,
-                "compatibility",
-                "",
-                view.version or "",
-                ABSENT,
-                "not in the registry yet: nothing to be compatible with",
-            )
-        ]
-    try:
-        new = SemVer.parse(view.version or "")
-        old = SemVer.parse(previous.version or "")
-    except ValueError as error:
-        return [
-            Row(
-                Status.WARN,
-                view.name,
-                "compatibility",
-                VERSION_TAG,
-                str(view.version),
-                str(previous.version),
-                f"cannot compare versions: {error}",
-            )
-        ]
-    before, after = _typed_fields(previous), _typed_fields(view)
-    removed = [n for n in before if n not in after]
-    retyped = [n for n in before if n in after and before[n] != after[n]]
-    added = [n for n in after if n not in before]
-    change = f"{old} -> {new}"
-
-    def refuse(name: str, what: str, why: str) -> Row:
-        return Row(
-            Status.FAIL,
-            view.name,
-            "compatibility",
-            name,
-            feast_name(before.get(name)),
-            feast_name(after.get(name)) if name in after else ABSENT,
-            f"{what} in {change}: {why}",
-        )
-
-    if new.key() < old.key():
-        return [
-            Row(
-                Status.FAIL,
-                view.name,
-                "compatibility",
-                VERSION_TAG,
-                str(new),
-                str(old),
-                f"the version goes back from {old} to {new}: versions only increase",
-            )
-        ]
-    if new == old:
-        rows = [
-            refuse(n, "removed", f"bump the major version to {old.major + 1}.0.0") for n in removed
-        ]
-        rows += [
-            refuse(n, "re-typed", f"bump the major version to {old.major + 1}.0.0") for n in retyped
-        ]
-        rows += [
-            Row(
-                Status.FAIL,
-                view.name,
-                "compatibility",
-                n,
-                ABSENT,
-                feast_name(after[n]),
-                f"added without a version bump: bump to {old.major}.{old.minor + 1}.0",
-            )
-            for n in added
-        ]
-        return rows or [
-            Row(Status.PASS, view.name, "compatibility", "", str(new), str(old), "unchanged")
-        ]
-    if new.major > old.major:
-        return [
-            Row(
-                Status.PASS,
-                view.name,
-                "compatibility",
-                "",
-                str(new),
-                str(old),
-                f"major bump {change}: removed {removed or 'none'}, re-typed "
-                f"{retyped or 'none'}, added {added or 'none'}",
-            )
-        ]
-    why = f"only a major bump ({old.major + 1}.0.0) may remove or re-type a field"
-    rows = [refuse(n, "removed", why) for n in removed]
-    rows += [refuse(n, "re-typed", why) for n in retyped]
-    if new.minor == old.minor and added:
-        rows += [
-            Row(
-                Status.WARN,
-                view.name,
-                "compatibility",
-                n,
-                ABSENT,
-                feast_name(after[n]),
-                f"added in patch bump {change}: adding a field is a minor change",
-            )
-            for n in added
-        ]
-    return rows or [
-        Row(
-            Status.PASS,
-            view.name,
-            "compatibility",
-            "",
-            str(new),
-            str(old),
-            f"{change} adds {added or 'nothing'}",
-        )
-    ]
-
-
 def _check_aggregations(view: ViewSpec, schema: FeatureSchema) -> list[Row]:
     rows: list[Row] = []
     declared = dict(view.features)
@@ -537,59 +400,3 @@ def check_view(view: ViewSpec, schema: FeatureSchema, previous: ViewSpec | None)
         *_check_version(view, schema),
         *check_compatibility(view, previous),
     ]
-
-
-def check_arrow(arrow_schema: pa.Schema, schema: FeatureSchema) -> list[Row]:
-    """A micro-batch's Arrow schema against the view's schema (types, units and zones exact)."""
-    rows: list[Row] = []
-    names = set(arrow_schema.names)
-    for field in schema.fields:
-        expected = str(to_arrow(field.type))
-        if field.name not in names:
-            rows.append(
-                Row(
-                    Status.FAIL,
-                    schema.view,
-                    "batch column",
-                    field.name,
-                    expected,
-                    ABSENT,
-                    "the micro-batch lacks this column",
-                )
-            )
-            continue
-        actual_type = arrow_schema.field(field.name).type
-        if arrow_matches(actual_type, field.type):
-            rows.append(
-                Row(
-                    Status.PASS, schema.view, "batch column", field.name, expected, str(actual_type)
-                )
-            )
-        else:
-            rows.append(
-                Row(
-                    Status.FAIL,
-                    schema.view,
-                    "batch column",
-                    field.name,
-                    expected,
-                    str(actual_type),
-                    "cast the column before writing, or fix the "
-                    "schema (timestamps must agree in unit and zone)",
-                )
-            )
-    declared = {f.name for f in schema.fields}
-    for name in arrow_schema.names:
-        if name not in declared:
-            rows.append(
-                Row(
-                    Status.WARN,
-                    schema.view,
-                    "batch column",
-                    name,
-                    ABSENT,
-                    str(arrow_schema.field(name).type),
-                    "not in the schema: it will not be written",
-                )
-            )
-    return rows

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from featureflow.errors import SchemaError, SchemaMismatchError
-from featureflow.schema.checks import check_arrow, check_coverage, check_view
+from featureflow.schema.batch import check_arrow
+from featureflow.schema.checks import check_coverage, check_view
 from featureflow.schema.feast_repo import (
     ViewSpec,
     apply_repo,

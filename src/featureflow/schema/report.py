@@ -7,6 +7,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 
+# What ``expected`` or ``actual`` says when one side lacks the field.
+ABSENT = "absent"
+
 
 class Status(StrEnum):
     """Outcome of one check."""
