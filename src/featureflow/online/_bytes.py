@@ -56,6 +56,16 @@ class Cells:
         """The same cells with the rows where ``keep`` is false made empty."""
         return Cells(self.matrix, np.where(keep, self.row_lengths(), 0))
 
+    def rows(self, start: int, stop: int) -> Cells:
+        """Rows ``start:stop`` (a view)."""
+        lengths = None if self.lengths is None else self.lengths[start:stop]
+        return Cells(self.matrix[start:stop], lengths)
+
+    @property
+    def is_const(self) -> bool:
+        """Whether every row is the same fixed bytes (a broadcast row)."""
+        return self.lengths is None and self.matrix.strides[0] == 0
+
 
 @dataclass(frozen=True)
 class Packed:
@@ -71,6 +81,10 @@ class Packed:
     def lengths(self) -> I64:
         """Bytes per row."""
         return np.diff(self.offsets)
+
+    def rows(self, start: int, stop: int) -> Packed:
+        """Rows ``start:stop`` (a view)."""
+        return Packed(self.data, self.offsets[start : stop + 1])
 
     def to_pylist(self) -> list[bytes]:
         """One ``bytes`` object per row (built in C by Arrow)."""
@@ -171,18 +185,48 @@ def pad(packed: Packed) -> Cells:
     return Cells(matrix, lengths)
 
 
+def _stack_fixed(cells: Sequence[Cells], n: int) -> U8:
+    """``np.hstack`` of fixed-width cells, fast for many narrow parts.
+
+    Constant parts go into one template row copied to every row; the others are
+    copied as 1/2/4/8-byte integers where their width allows (one strided
+    element copy per row instead of a byte loop).
+    """
+    width = sum(c.width for c in cells)
+    template = np.zeros(width, dtype=np.uint8)
+    at = 0
+    for c in cells:
+        if c.is_const:
+            template[at : at + c.width] = c.matrix[0] if n else 0
+        at += c.width
+    out = np.empty((n, width), dtype=np.uint8)
+    out[:] = template
+    at = 0
+    for c in cells:
+        w = c.width
+        if not c.is_const and w:
+            src = np.ascontiguousarray(c.matrix)
+            if w in (1, 2, 4, 8):
+                dst = np.ndarray((n,), dtype=f"<u{w}", buffer=out, offset=at, strides=(width,))
+                dst[...] = src.view(f"<u{w}").reshape(n)
+            else:
+                out[:, at : at + w] = src
+        at += w
+    return out
+
+
 def concat(parts: Sequence[Cells | Packed]) -> Packed:
     """Row-wise concatenation: row ``i`` is ``parts[0][i] + parts[1][i] + …``."""
     cells = [p if isinstance(p, Cells) else pad(p) for p in parts]
     n = cells[0].n
-    matrix = np.hstack([c.matrix for c in cells]) if cells else np.zeros((n, 0), np.uint8)
     totals = np.zeros(n, dtype=np.int64)
     for c in cells:
         totals += c.row_lengths()
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(totals, out=offsets[1:])
     if all(c.lengths is None for c in cells):
-        return Packed(np.ascontiguousarray(matrix).reshape(-1), offsets)
+        return Packed(_stack_fixed(cells, n).reshape(-1), offsets)
+    matrix = np.hstack([c.matrix for c in cells])
     mask = np.hstack(
         [
             np.broadcast_to(True, c.matrix.shape)

@@ -115,6 +115,23 @@ class Batch:
         arr, value_type = self.features[name]
         return E.encode_values(arr, value_type)
 
+    def encoded_parts(self, name: str) -> list[B.Cells | B.Packed]:
+        """``encoded(name)`` as parts still to be concatenated (see ``_bytes.concat``)."""
+        arr, value_type = self.features[name]
+        return E.value_parts(arr, value_type)
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """Entities ``start:stop`` (views, no copies)."""
+        return Batch(
+            keys=self.keys.rows(start, stop),
+            event_micros=self.event_micros[start:stop],
+            created_micros=None if self.created_micros is None
+            else self.created_micros[start:stop],
+            features={n: (a.slice(start, stop - start), vt)
+                      for n, (a, vt) in self.features.items()},
+            rows_in=self.rows_in,
+        )
+
 
 def _column(table: pa.Table, name: str, role: str) -> pa.Array:
     if name not in table.column_names:

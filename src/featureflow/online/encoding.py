@@ -155,6 +155,11 @@ def null_mask(arr: pa.Array) -> BoolArray:
 
 def encode_values(arr: pa.Array, value_type: ValueType) -> B.Packed:
     """The serialised ``ValueProto`` of every row of ``arr`` (already of ``arrow_type``)."""
+    return B.concat(value_parts(arr, value_type))
+
+
+def value_parts(arr: pa.Array, value_type: ValueType) -> list[B.Cells | B.Packed]:
+    """``encode_values`` as parts to concatenate (fixed-width parts stay fixed-width)."""
     missing = null_mask(arr)
     if value_type in _SCALARS:
         spec = _SCALARS[value_type]
@@ -163,15 +168,15 @@ def encode_values(arr: pa.Array, value_type: ValueType) -> B.Packed:
             spec.element(arr),
         ]
         if value_type == ValueType.UNIX_TIMESTAMP:
-            return B.concat(parts)  # nulls carry Feast's sentinel, not b""
+            return parts  # nulls carry Feast's sentinel, not b""
     elif value_type in _LISTS:
         parts = _list_parts(arr, value_type)
     else:
         msg = f"featureflow cannot encode Feast type {value_type.name}"
         raise OnlineStoreError(msg)
     if missing.any():
-        return B.mask_rows(B.concat(parts), ~missing)
-    return B.concat(parts)
+        return [B.mask_rows(B.concat(parts), ~missing)]
+    return parts
 
 
 def _list_parts(arr: pa.Array, value_type: ValueType) -> list[B.Cells | B.Packed]:
@@ -183,7 +188,14 @@ def _list_parts(arr: pa.Array, value_type: ValueType) -> list[B.Cells | B.Packed
                "nulls inside lists: drop or fill them first")
         raise OnlineStoreError(msg)
     list_offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-    elements = spec.element(values)
+    if element_type == ValueType.UNIX_TIMESTAMP:
+        # Feast converts list elements through ``datetime.timestamp()``: truncated
+        # toward zero, where scalar timestamps go through numpy and are floored.
+        micros = epoch_micros(values)
+        elements: B.Cells | B.Packed = B.varint(
+            np.where(micros < 0, -((-micros) // 1_000_000), micros // 1_000_000))
+    else:
+        elements = spec.element(values)
     if spec.wire == _WIRE_LEN:  # strings, bytes: repeated, never packed
         encoded = B.concat([B.const(_tag("bytes_val", _WIRE_LEN), len(values)), elements])
         inner = B.regroup(encoded, list_offsets)

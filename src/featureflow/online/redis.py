@@ -24,9 +24,11 @@ script call runs atomically and blocks Redis for about a millisecond.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 
+import numpy as np
 from feast.infra.online_stores.helpers import _mmh3
 from feast.infra.online_stores.redis import RedisOnlineStore, RedisOnlineStoreConfig
 from redis.exceptions import RedisError, ResponseError
@@ -34,7 +36,7 @@ from redis.exceptions import RedisError, ResponseError
 from featureflow.errors import OnlineStoreError
 from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
-from featureflow.online.batch import Batch
+from featureflow.online.batch import Batch, reorder
 
 CHUNK = 512
 """Entities per ``EVALSHA`` call: large enough to amortise the call, small enough
@@ -109,13 +111,17 @@ def _client(config: RedisOnlineStoreConfig):  # type: ignore[no-untyped-def]
     return store._get_client(config)
 
 
-def _bulk(part: B.Cells | B.Packed) -> list[B.Cells | B.Packed]:
-    """RESP bulk-string framing ``$<len>\\r\\n<bytes>\\r\\n`` of each row of ``part``."""
-    cells = part if isinstance(part, B.Cells) else B.pad(part)
-    crlf = B.const(b"\r\n", cells.n)
-    if cells.lengths is None:
-        return [B.const(b"$%d\r\n" % cells.width, cells.n), cells, crlf]
-    return [B.const(b"$", cells.n), B.ascii_decimal(cells.lengths), crlf, cells, crlf]
+def _bulk(parts: list[B.Cells | B.Packed]) -> list[B.Cells | B.Packed]:
+    """RESP bulk-string framing ``$<len>\\r\\n<bytes>\\r\\n`` of the rows ``concat(parts)``."""
+    cells = [p if isinstance(p, B.Cells) else B.pad(p) for p in parts]
+    n = cells[0].n
+    crlf = B.const(b"\r\n", n)
+    if all(c.lengths is None for c in cells):
+        return [B.const(b"$%d\r\n" % sum(c.width for c in cells), n), *cells, crlf]
+    total = np.zeros(n, dtype=np.int64)
+    for c in cells:
+        total += c.row_lengths()
+    return [B.const(b"$", n), B.ascii_decimal(total), crlf, *cells, crlf]
 
 
 def _resp_args(args: Sequence[bytes]) -> bytes:
@@ -142,13 +148,6 @@ def write(
     fields = [_mmh3(f"{fv_name}:{name}") for name in names]
     ttl = int(config.key_ttl_seconds or 0)
 
-    keys = B.concat([batch.keys, B.const(project.encode("utf8"), n)])
-    key_parts = B.concat(_bulk(keys))
-    arg_parts: list[B.Cells | B.Packed] = list(_bulk(E.timestamp_protos(batch.event_micros)))
-    for name in names:
-        arg_parts += _bulk(batch.encoded(name))
-    args = B.concat(arg_parts)
-
     client = _client(config)
     try:
         sha = client.script_load(LUA_CHECK_AND_SET)
@@ -158,23 +157,38 @@ def write(
     fixed_args = _resp_args(
         [str(len(names)).encode(), str(ttl).encode(), ts_field, *fields]
     )
-    commands: list[bytes | memoryview] = []
-    starts = list(range(0, n, CHUNK))
-    key_data, arg_data = key_parts.data.data, args.data.data
-    ko, ao = key_parts.offsets, args.offsets
+    # Entities are independent, so they may go in any order: grouping them by the
+    # length of their Timestamp bytes makes every part fixed-width within a group,
+    # and fixed-width parts are concatenated without any per-byte masking.
+    ts_bytes = E.timestamp_protos(batch.event_micros).lengths()
+    order = np.argsort(ts_bytes, kind="stable")
+    batch = reorder(batch, order)
+    edges = np.flatnonzero(np.diff(ts_bytes[order])) + 1
+    bounds = [0, *edges.tolist(), n]
+    project_bytes = project.encode("utf8")
     m = len(names)
-    for start in starts:
-        stop = min(start + CHUNK, n)
-        count = stop - start
-        n_args = 3 + count + 3 + m + count * (1 + m)
-        head = b"*%d\r\n%s" % (n_args, _resp_args([b"EVALSHA", sha.encode(), b"%d" % count]))
-        commands += [
-            head,
-            key_data[int(ko[start]) : int(ko[stop])],
-            fixed_args,
-            arg_data[int(ao[start]) : int(ao[stop])],
-        ]
-    return _run(client, commands, len(starts), n, config.connection_string)
+    commands: list[bytes | memoryview] = []
+    calls = 0
+    for lo, hi in itertools.pairwise(bounds):
+        group = batch.rows(lo, hi)
+        keys = B.concat(_bulk([group.keys, B.const(project_bytes, hi - lo)]))
+        arg_parts = _bulk([E.timestamp_protos(group.event_micros)])
+        for name in names:
+            arg_parts += _bulk(group.encoded_parts(name))
+        args = B.concat(arg_parts)
+        for start in range(0, hi - lo, CHUNK):
+            stop = min(start + CHUNK, hi - lo)
+            count = stop - start
+            n_args = 3 + count + 3 + m + count * (1 + m)
+            head = b"*%d\r\n%s" % (n_args, _resp_args([b"EVALSHA", sha.encode(), b"%d" % count]))
+            commands += [
+                head,
+                keys.data[int(keys.offsets[start]) : int(keys.offsets[stop])].data,
+                fixed_args,
+                args.data[int(args.offsets[start]) : int(args.offsets[stop])].data,
+            ]
+            calls += 1
+    return _run(client, commands, calls, n, config.connection_string)
 
 
 def _run(client, commands: list[bytes | memoryview], replies: int, n: int,  # type: ignore[no-untyped-def]
