@@ -85,6 +85,7 @@ bench: setup
 lint: venv
 	$(BIN)/ruff check src tests jobs bench scripts feature_repo
 	$(BIN)/mypy
+	$(FF) validate --repo feature_repo --schemas schemas --strict
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info src/featureflow/ops/_native .featureflow feature_repo/data

@@ -23,7 +23,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "jars",
     "produce",
     "online",
-    "schema", "validate", "apply",
+    "schema",
+    "validate",
+    "apply",
 )
 
 
