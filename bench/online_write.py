@@ -143,7 +143,8 @@ def main() -> None:
             stores = []
             for db, name in ((0, "feast"), (1, "ff")):
                 (root / f"redis-{name}").mkdir()
-                cfg = RedisOnlineStoreConfig(connection_string=f"{server.connection_string},db={db}")
+                url = f"{server.connection_string},db={db}"
+                cfg = RedisOnlineStoreConfig(connection_string=url)
                 stores.append(make_store(root / f"redis-{name}", cfg))
             results.append(bench_store("redis", stores[0], stores[1], table, newer))
 

@@ -107,23 +107,32 @@ def redis_store(root: Path, connection_string: str, **kwargs: Any) -> FeatureSto
     return make_store(root, config, **kwargs)
 
 
+def sqlite_path(store: FeatureStore) -> Path:
+    """The SQLite file of the store's online store."""
+    return Path(store.config.repo_path) / store.config.online_store.path
+
+
 def sqlite_rows(store: FeatureStore) -> list[tuple[Any, ...]]:
     """Every row of the view's SQLite table, sorted."""
-    path = Path(store.config.repo_path) / store.config.online_store.path
-    with sqlite3.connect(path) as conn:
+    with sqlite3.connect(sqlite_path(store)) as conn:
         return sorted(conn.execute(
             "SELECT entity_key, feature_name, value, value_text, vector_value, event_ts, "
             f"created_ts FROM {PROJECT}_{VIEW}"
         ).fetchall())
 
 
-def redis_hashes(store: FeatureStore) -> dict[bytes, dict[bytes, bytes]]:
-    """Every hash of the store's Redis database."""
+def redis_client(store: FeatureStore) -> redis.Redis:
+    """A client on the store's Redis database."""
     cs = store.config.online_store.connection_string
     address, db = cs.split(",db=")
     host, port = address.split(":")
-    client = redis.Redis(host=host, port=int(port), db=int(db))
-    return {key: client.hgetall(key) for key in client.keys()}
+    return redis.Redis(host=host, port=int(port), db=int(db))
+
+
+def redis_hashes(store: FeatureStore) -> dict[bytes, dict[bytes, bytes]]:
+    """Every hash of the store's Redis database."""
+    client = redis_client(store)
+    return {key: client.hgetall(key) for key in client.scan_iter()}
 
 
 def read(store: FeatureStore, ids: list[int], features: list[str] | None = None,

@@ -11,16 +11,18 @@ a row older than the stored one changes nothing, with no read round trip.
 Feast's SQLite layout keeps whole seconds, so within the same second the
 later write wins (a replay of the same batch rewrites identical bytes).
 
-Performance: rows are sent sorted by (entity_key, feature_name), so SQLite's
-B-trees are filled in order, through one ``executemany`` fed by C-level
-iterators; the page cache of this connection is raised for the batch. What
-remains is SQLite's own per-row cost (three B-trees per row: the table, its
-primary key and Feast's ``entity_key`` index).
+Performance: entities are sent sorted by entity key, so SQLite's B-trees
+fill in order; one multi-row upsert statement per entity writes all its
+features, so the key and timestamps are bound once instead of once per
+feature (half the time of a statement per row); parameters come from a
+C-level ``zip`` of per-feature lists built by Arrow; the page cache of this
+connection is raised for the batch. What remains is SQLite's own per-row
+cost: three B-tree inserts per (entity, feature) row (the table, its primary
+key and Feast's ``entity_key`` index).
 """
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +35,9 @@ from feast.repo_config import RepoConfig
 from featureflow.errors import OnlineStoreError
 from featureflow.online import encoding as E
 from featureflow.online.batch import Batch, reorder
+
+_ROWS_PER_STATEMENT = 100
+"""Features per upsert statement (one statement per entity when the view has fewer)."""
 
 _CACHE_KIB = 256 * 1024
 """SQLite page cache of the writing connection, KiB (the default 2 MiB thrashes)."""
@@ -67,31 +72,21 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
     n, n_features = batch.n, len(names)
 
     keys = batch.keys.to_pylist()
-    values = [batch.encoded(name).to_pylist() for name in names]
-    texts = [E.value_texts(*batch.features[name]) for name in names]
     event_ts = E.sqlite_event_seconds(batch.event_micros).tolist()
-    created_ts = (
-        itertools.repeat(None)
+    created_ts: list[int] | list[None] = (
+        [None] * n
         if batch.created_micros is None
-        else _repeat_each(E.sqlite_event_seconds(batch.created_micros).tolist(), n_features)
-    )
-    rows = zip(
-        _repeat_each(keys, n_features),
-        itertools.chain.from_iterable(itertools.repeat(names, n)),
-        itertools.chain.from_iterable(zip(*values, strict=True)),
-        itertools.chain.from_iterable(zip(*texts, strict=True)),
-        _repeat_each(event_ts, n_features),
-        created_ts,
-        strict=False,  # created_ts may be an endless repeat(None)
+        else E.sqlite_event_seconds(batch.created_micros).tolist()
     )
     table = _quote(table_name)
-    sql = (
-        f"INSERT INTO {table} (entity_key, feature_name, value, value_text, event_ts, "
-        "created_ts) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(entity_key, feature_name) DO "
-        "UPDATE SET value = excluded.value, value_text = excluded.value_text, "
-        "event_ts = excluded.event_ts, created_ts = excluded.created_ts "
-        f"WHERE excluded.event_ts >= {table}.event_ts"
-    )
+    statements = []
+    for at in range(0, len(names), _ROWS_PER_STATEMENT):
+        group = names[at : at + _ROWS_PER_STATEMENT]
+        values = [batch.encoded(name).to_pylist() for name in group]
+        texts = [E.value_texts(*batch.features[name]) for name in group]
+        # one statement per entity: key and timestamps bound once for all its features
+        params = zip(keys, *values, *texts, event_ts, created_ts, strict=True)
+        statements.append((_upsert_sql(table, group), params))
     conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
     try:
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
@@ -104,7 +99,8 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
         before = conn.total_changes
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(sql, rows)
+            for sql, params in statements:
+                conn.executemany(sql, params)
             changed = conn.total_changes - before
             conn.execute("COMMIT")
         except BaseException:
@@ -119,7 +115,24 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
     return written, n - written
 
 
-def _repeat_each(items: Sequence[object], times: int) -> itertools.chain[object]:
-    """``a, a, …, b, b, …``: each item ``times`` times, lazily (C-level iteration)."""
-    return itertools.chain.from_iterable(map(itertools.repeat, items, itertools.repeat(times)))
+def _upsert_sql(table: str, features: Sequence[str]) -> str:
+    """Upsert of all ``features`` of one entity: parameters are the entity key, the
+    values, the ``value_text``s, ``event_ts``, ``created_ts``; an older event changes
+    nothing."""
+    f = len(features)
+    rows = ", ".join(
+        f"(?1, {_literal(name)}, ?{2 + j}, ?{2 + f + j}, ?{2 + 2 * f}, ?{3 + 2 * f})"
+        for j, name in enumerate(features)
+    )
+    return (
+        f"INSERT INTO {table} (entity_key, feature_name, value, value_text, event_ts, "
+        f"created_ts) VALUES {rows} ON CONFLICT(entity_key, feature_name) DO UPDATE SET "
+        "value = excluded.value, value_text = excluded.value_text, "
+        "event_ts = excluded.event_ts, created_ts = excluded.created_ts "
+        f"WHERE excluded.event_ts >= {table}.event_ts"
+    )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 

@@ -1,0 +1,123 @@
+"""Failures leave the store consistent; bad input gets a typed, actionable error;
+unknown stores fall back to Feast's writer.
+
+Fault injection uses the stores' own means (a SQLite trigger, a Redis key of the
+wrong type), not mocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from feast.types import Float64, Int64
+from online_helpers import (
+    PROJECT,
+    VIEW,
+    make_store,
+    read,
+    redis_client,
+    redis_hashes,
+    redis_store,
+    sqlite_path,
+    sqlite_rows,
+    sqlite_store,
+)
+
+from featureflow.errors import OnlineStoreError
+from featureflow.online import write
+from featureflow.online.redis import CHUNK
+
+FEATURES = {"amount": Float64, "count": Int64}
+
+
+def _table(ids: range, second: int, amount: float) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "uid": pa.array(list(ids), pa.int64()),
+        "ts": pa.array([second * 1_000_000] * n, pa.timestamp("us", "UTC")),
+        "amount": pa.array([amount] * n),
+        "count": pa.array([second] * n, pa.int64()),
+    })
+
+
+def test_sqlite_failure_mid_batch_writes_nothing(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path, features=FEATURES)
+    write(store, VIEW, _table(range(100), 1_000, 1.0))
+    before = sqlite_rows(store)
+    with sqlite3.connect(sqlite_path(store)) as conn:  # fails on entity 50's row only
+        conn.execute(
+            f"CREATE TRIGGER boom BEFORE INSERT ON {PROJECT}_{VIEW} "
+            "WHEN NEW.value_text = '2.5' BEGIN SELECT RAISE(ABORT, 'injected'); END"
+        )
+    batch = _table(range(200), 2_000, 2.0)
+    amounts = batch.column("amount").to_pylist()
+    amounts[50] = 2.5
+    batch = batch.set_column(2, "amount", pa.array(amounts))
+    with pytest.raises(OnlineStoreError, match=r"nothing written.*injected"):
+        write(store, VIEW, batch)
+    assert sqlite_rows(store) == before
+
+
+def test_redis_failure_mid_batch_leaves_each_entity_old_or_new(tmp_path: Path,
+                                                               redis_url: str) -> None:
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    n = 3 * CHUNK
+    write(store, VIEW, _table(range(n), 1_000, 1.0))
+    old = redis_hashes(store)
+    poisoned = sorted(old)[len(old) // 2]  # an entity in the middle of the batch
+    client = redis_client(store)
+    client.delete(poisoned)
+    client.set(poisoned, b"not a hash")  # HGET in the script fails with WRONGTYPE
+    with pytest.raises(OnlineStoreError, match="WRONGTYPE"):
+        write(store, VIEW, _table(range(n), 2_000, 2.0))
+    client.delete(poisoned)
+    after = redis_hashes(store)
+    old_fields = next(iter(old.values()))  # every entity had the same values
+    new_fields = {f: v for f, v in after.items() if v != old_fields}
+    assert new_fields, "nothing was written before the fault"
+    new_hash = next(iter(new_fields.values()))
+    n_new = 0
+    for fields in after.values():
+        assert fields in (old_fields, new_hash), "an entity mixes old and new features"
+        n_new += fields == new_hash
+    assert 0 < n_new < n - 1  # the fault really hit mid-batch: some written, some not
+
+
+def test_unknown_store_falls_back_to_feast_with_a_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = make_store(tmp_path, {"type": "online_memory_store.MemoryOnlineStore"},
+                       features=FEATURES)
+    with caplog.at_level(logging.WARNING, logger="featureflow.online"):
+        stats = write(store, VIEW, _table(range(3), 1_000, 4.0))
+    assert stats.store == "feast"
+    assert "write_to_online_store" in caplog.text
+    assert read(store, [0, 2], ["amount"])["amount"] == [4.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t.drop_columns(["count"]), "no feature column 'count'"),
+        (lambda t: t.set_column(0, "uid", pa.array([1, None, 3], pa.int64())), "null"),
+        (lambda t: t.set_column(3, "count", pa.array(["a", "b", "c"])), "cannot be stored as"),
+        (lambda t: t.drop_columns(["ts"]), "event timestamp column 'ts'"),
+    ],
+)
+def test_bad_tables_raise_actionable_errors(tmp_path: Path, change, message: str) -> None:  # type: ignore[no-untyped-def]
+    store = sqlite_store(tmp_path, features=FEATURES)
+    with pytest.raises(OnlineStoreError, match=message):
+        write(store, VIEW, change(_table(range(3), 1_000, 1.0)))
+
+
+def test_missing_view_and_missing_online_table(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path, features=FEATURES)
+    with pytest.raises(OnlineStoreError, match="feast apply"):
+        write(store, "no_such_view", _table(range(1), 1, 1.0))
+    sqlite_path(store).unlink()
+    with pytest.raises(OnlineStoreError, match="feast apply"):
+        write(store, VIEW, _table(range(1), 1, 1.0))
