@@ -28,7 +28,7 @@ from std.python.bindings import PythonModuleBuilder
 from std.collections import Dict
 from std.utils.numerics import nan, isnan
 from std.math import sqrt
-from std.memory import alloc
+from std.memory import alloc, bitcast
 
 comptime I64P = Pointer[Int64, MutUntrackedOrigin]
 comptime I32P = Pointer[Int32, MutUntrackedOrigin]
@@ -218,6 +218,7 @@ def order_rows(n: Int, ts: I64P, codes_addr: Int, ngroups: Int) -> Order:
 # ---------------------------------------------------------------------------
 
 
+@always_inline
 def load_value(vaddr: Int, dtype: Int, i: Int) -> Float64:
     if dtype == DT_F64:
         return F64P(unsafe_from_address=vaddr)[unsafe_offset=i]
@@ -638,28 +639,20 @@ def sort_inputs(inp: Inputs) -> Sorted:
 # ---------------------------------------------------------------------------
 
 
-def rolling(desc: PythonObject) raises -> PythonObject:
-    """Descriptor: header (see read_inputs), then nwin, hop (0: RANGE frame),
-    naggs, nwin window lengths (ns), then nwin * naggs columns (window-major).
-    Frame of a row at time t: rows of its key with lower <= ts <= t, where
-    lower = t - W, or floor((t - W) / hop) * hop with a hop."""
-    var d = i64p(Int(py=desc))
-    var inp = read_inputs(d)
-    var nwin = Int(d[unsafe_offset=HEADER])
-    var hop = Int(d[unsafe_offset=HEADER + 1])
-    var naggs = Int(d[unsafe_offset=HEADER + 2])
-    var wat = HEADER + 3
-    var cat = wat + nwin
+def rolling_generic(
+    inp: Inputs, nwin: Int, hop: Int, naggs: Int, widths: I64P, all_cols: List[Column]
+) raises -> PythonObject:
+    """The frame-by-frame path, used for count_distinct (see `rolling`)."""
     var n = inp.n
-    if n == 0:
-        return PythonObject(0)
     var s = sort_inputs(inp)
     var perm = s.order.perm
     var starts = s.order.starts
     var sts = s.sts
     for w in range(nwin):
-        var width = Int(d[unsafe_offset=wat + w])
-        var cols = read_columns(d, cat + 4 * naggs * w, naggs)
+        var width = Int(widths[unsafe_offset=w])
+        var cols = List[Column]()
+        for c in range(w * naggs, (w + 1) * naggs):
+            cols.append(all_cols[c].copy())
         clear_validity(cols, n)
         var sl = Sliding(s.svals, n, cols^)
         for g in range(s.order.ngroups):
@@ -683,6 +676,486 @@ def rolling(desc: PythonObject) raises -> PythonObject:
                 for q in range(p, e):
                     sl.emit(Int(perm[unsafe_offset=q]))
                 p = e
+    return PythonObject(n)
+
+
+# ---------------------------------------------------------------------------
+# rolling: grouped, contiguous window passes
+# ---------------------------------------------------------------------------
+#
+# 1. one read of the inputs scatters every row into its key's slot range
+#    (counting sort): sorted ts, float64 values (NaN = null) and the input row
+#    (perm); keys whose rows were not in ts order are then merge-sorted. Input
+#    already in ts order without keys is used in place (no copy, no perm).
+# 2. per window and key, one pass over the contiguous rows: runs of equal ts
+#    share a frame, the frame's low end moves forward (two pointers), sums are
+#    Neumaier-compensated (var/std: of values shifted by one of the frame's
+#    values), min/max come from monotonic deques. The pass is specialised at
+#    compile time on the aggregate families it needs.
+# 3. results go straight to the caller's output rows (perm[q]); validity is
+#    written as one level byte min(count, 2) per row and packed into the
+#    bitmaps word-wise at the end, never bit by bit.
+# Scratch memory comes from the caller (one buffer from the Arrow pool, whose
+# pages are reused by the next call instead of being faulted in again).
+
+
+struct Bump(Movable):
+    """Carves 64-byte-aligned pieces out of the caller's scratch buffer."""
+
+    var at: Int
+    var end: Int
+
+    def __init__(out self, addr: Int, size: Int):
+        self.at = addr
+        self.end = addr + size
+
+    def take(mut self, nbytes: Int) raises -> Int:
+        var a = (self.at + 63) // 64 * 64
+        if a + max(nbytes, 8) > self.end:
+            raise Error("ValueError: internal: kernel scratch buffer too small")
+        self.at = a + max(nbytes, 8)
+        return a
+
+
+@always_inline
+def load_valid(vaddr: Int, dtype: Int, valid_addr: Int, valid_off: Int, i: Int) -> Float64:
+    """Value i as float64, NaN when null."""
+    var v = load_value(vaddr, dtype, i)
+    if valid_addr != 0:
+        var bit = valid_off + i
+        if ((u8p(valid_addr)[unsafe_offset=bit >> 3] >> UInt8(bit & 7)) & 1) == 0:
+            return nan[DType.float64]()
+    return v
+
+
+@fieldwise_init
+struct Outs(Copyable, Movable):
+    """One window's output addresses by aggregate (0: not requested) and dtypes."""
+
+    var count: Int
+    var sum: Int
+    var mean: Int
+    var min: Int
+    var min_dt: Int
+    var max: Int
+    var max_dt: Int
+    var std: Int
+    var var_: Int
+    var first: Int
+    var first_dt: Int
+    var last: Int
+    var last_dt: Int
+    var lev: Int
+
+
+def outs_for(cols: List[Column], c0: Int, naggs: Int, lev: Int) -> Outs:
+    var o = Outs(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, lev)
+    for c in range(c0, c0 + naggs):
+        var agg = cols[c].agg
+        var data = cols[c].data
+        var dt = cols[c].dtype
+        if agg == A_COUNT:
+            o.count = data
+        elif agg == A_SUM:
+            o.sum = data
+        elif agg == A_MEAN:
+            o.mean = data
+        elif agg == A_MIN:
+            o.min = data
+            o.min_dt = dt
+        elif agg == A_MAX:
+            o.max = data
+            o.max_dt = dt
+        elif agg == A_STD:
+            o.std = data
+        elif agg == A_VAR:
+            o.var_ = data
+        elif agg == A_FIRST:
+            o.first = data
+            o.first_dt = dt
+        elif agg == A_LAST:
+            o.last = data
+            o.last_dt = dt
+    return o^
+
+
+@always_inline
+def put(addr: Int, dtype: Int, row: Int, v: Float64):
+    if dtype == DT_F64:
+        f64p(addr)[unsafe_offset=row] = v
+    else:
+        store(addr, dtype, row, v)
+
+
+def window_pass[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
+    sts: I64P,
+    sv: F64P,
+    a: Int,
+    b: Int,
+    width: Int,
+    hop: Int,
+    perm: I64P,
+    has_perm: Bool,
+    o: Outs,
+    dqmin: I64P,
+    dqmax: I64P,
+):
+    """Rolling aggregates of the rows [a, b) of one key (ts-sorted, contiguous)."""
+    var need_min = o.min != 0
+    var need_max = o.max != 0
+    var need_sq = o.std != 0 or o.var_ != 0
+    var need_first = o.first != 0
+    var need_last = o.last != 0
+    var lo = a
+    var p = a
+    var count = 0
+    var s = 0.0
+    var sc = 0.0
+    var shift = 0.0
+    var shift_set = False
+    var s1 = 0.0
+    var s1c = 0.0
+    var s2 = 0.0
+    var s2c = 0.0
+    var qmin_h = 0
+    var qmin_t = 0
+    var qmax_h = 0
+    var qmax_t = 0
+    var first = a
+    var last = a - 1
+    while p < b:
+        var t = Int(sts[unsafe_offset=p])
+        var e = p + 1
+        while e < b and Int(sts[unsafe_offset=e]) == t:
+            e += 1
+        # the run [p, e) enters
+        for q in range(p, e):
+            var v = sv[unsafe_offset=q]
+            if isnan(v):
+                continue
+            count += 1
+            comptime if SUM:
+                Sliding.kadd(s, sc, v)
+            comptime if MINMAX:
+                if need_min:
+                    while qmin_t > qmin_h and sv[unsafe_offset=Int(dqmin[unsafe_offset=qmin_t - 1])] >= v:
+                        qmin_t -= 1
+                    dqmin[unsafe_offset=qmin_t] = Int64(q)
+                    qmin_t += 1
+                if need_max:
+                    while qmax_t > qmax_h and sv[unsafe_offset=Int(dqmax[unsafe_offset=qmax_t - 1])] <= v:
+                        qmax_t -= 1
+                    dqmax[unsafe_offset=qmax_t] = Int64(q)
+                    qmax_t += 1
+            comptime if EXTRA:
+                if need_sq:
+                    if not shift_set:
+                        # shifting by a value of the data keeps s2 - s1^2/n free of
+                        # catastrophic cancellation when values share a large offset
+                        shift = v
+                        shift_set = True
+                    var d = v - shift
+                    Sliding.kadd(s1, s1c, d)
+                    Sliding.kadd(s2, s2c, d * d)
+                last = q
+        # rows older than the frame leave
+        var lower = t - width
+        if hop > 0:
+            lower = floor_div(lower, hop) * hop
+        var lo0 = lo
+        while Int(sts[unsafe_offset=lo]) < lower:
+            var x = sv[unsafe_offset=lo]
+            lo += 1
+            if isnan(x):
+                continue
+            count -= 1
+            if count == 0:
+                # an empty frame: restart the sums exactly instead of carrying noise
+                s = 0.0
+                sc = 0.0
+                s1 = 0.0
+                s1c = 0.0
+                s2 = 0.0
+                s2c = 0.0
+                shift_set = False
+            else:
+                comptime if SUM:
+                    Sliding.kadd(s, sc, -x)
+                comptime if EXTRA:
+                    if need_sq:
+                        var d = x - shift
+                        Sliding.kadd(s1, s1c, -d)
+                        Sliding.kadd(s2, s2c, -(d * d))
+        comptime if MINMAX:
+            if lo != lo0:
+                while qmin_h < qmin_t and Int(dqmin[unsafe_offset=qmin_h]) < lo:
+                    qmin_h += 1
+                while qmax_h < qmax_t and Int(dqmax[unsafe_offset=qmax_h]) < lo:
+                    qmax_h += 1
+        comptime if EXTRA:
+            if need_first:
+                if first < lo:
+                    first = lo
+                while first < e and isnan(sv[unsafe_offset=first]):
+                    first += 1
+        # the frame's results, for every row of the run
+        var has = count > 0
+        var rsum = 0.0
+        var rmean = 0.0
+        var rmin = 0.0
+        var rmax = 0.0
+        var rvar = 0.0
+        var rstd = 0.0
+        var rfirst = 0.0
+        var rlast = 0.0
+        if has:
+            comptime if SUM:
+                rsum = s + sc
+                rmean = rsum / Float64(count)
+            comptime if MINMAX:
+                if need_min:
+                    rmin = sv[unsafe_offset=Int(dqmin[unsafe_offset=qmin_h])]
+                if need_max:
+                    rmax = sv[unsafe_offset=Int(dqmax[unsafe_offset=qmax_h])]
+            comptime if EXTRA:
+                if need_sq and count > 1:
+                    var nn = Float64(count)
+                    var t1 = s1 + s1c
+                    var t2 = s2 + s2c
+                    rvar = (t2 - t1 * t1 / nn) / (nn - 1.0)
+                    if rvar < 0.0:
+                        rvar = 0.0
+                    rstd = sqrt(rvar)
+                if need_first:
+                    rfirst = sv[unsafe_offset=first]
+                if need_last and last >= lo:
+                    rlast = sv[unsafe_offset=last]
+        var level = UInt8(min(count, 2))
+        for q in range(p, e):
+            var r = Int(perm[unsafe_offset=q]) if has_perm else q
+            if o.count != 0:
+                i64p(o.count)[unsafe_offset=r] = Int64(count)
+            comptime if SUM:
+                if o.sum != 0:
+                    f64p(o.sum)[unsafe_offset=r] = rsum
+                if o.mean != 0:
+                    f64p(o.mean)[unsafe_offset=r] = rmean
+            comptime if MINMAX:
+                if need_min:
+                    put(o.min, o.min_dt, r, rmin)
+                if need_max:
+                    put(o.max, o.max_dt, r, rmax)
+            comptime if EXTRA:
+                if o.var_ != 0:
+                    f64p(o.var_)[unsafe_offset=r] = rvar
+                if o.std != 0:
+                    f64p(o.std)[unsafe_offset=r] = rstd
+                if need_first:
+                    put(o.first, o.first_dt, r, rfirst)
+                if need_last:
+                    put(o.last, o.last_dt, r, rlast)
+            if o.lev != 0:
+                u8p(o.lev)[unsafe_offset=r] = level
+        p = e
+
+
+def run_window(
+    sum_: Bool,
+    minmax: Bool,
+    extra: Bool,
+    sts: I64P,
+    sv: F64P,
+    a: Int,
+    b: Int,
+    width: Int,
+    hop: Int,
+    perm: I64P,
+    has_perm: Bool,
+    o: Outs,
+    dqmin: I64P,
+    dqmax: I64P,
+):
+    """Dispatch to the window_pass specialised for the needed aggregate families."""
+    if sum_:
+        if minmax:
+            if extra:
+                window_pass[True, True, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+            else:
+                window_pass[True, True, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+        elif extra:
+            window_pass[True, False, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+        else:
+            window_pass[True, False, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+    elif minmax:
+        if extra:
+            window_pass[False, True, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+        else:
+            window_pass[False, True, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+    elif extra:
+        window_pass[False, False, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+    else:
+        window_pass[False, False, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+
+
+def pack_levels(lev: U8P, n: Int, need_two: Bool, dst: U8P):
+    """Validity bits from level bytes (0, 1, 2; padded with 0 to a multiple of 8):
+    bit i = level_i >= 1 (>= 2 for std/var), LSB first, 8 rows per step."""
+    for b in range((n + 7) // 8):
+        var x = bitcast[DType.uint64, 1](lev.unsafe_load[width=8](8 * b))
+        var m = (x >> 1) if need_two else (x | (x >> 1))
+        m = m & 0x0101010101010101
+        dst[unsafe_offset=b] = UInt8((m * 0x0102040810204080) >> 56)
+
+
+def stream_supported(cols: List[Column]) -> Bool:
+    for ref c in cols:
+        if c.agg == A_DISTINCT:
+            return False
+    return True
+
+
+def rolling_scratch_bytes(n: Int, ngroups: Int, nwin: Int) -> Int:
+    """Scratch the caller must pass to `rolling` (mirrored in _native.py)."""
+    var npad = (n + 7) // 8 * 8
+    return 8 * (2 * ngroups + 2) + 8 * 5 * n + npad + 64 * 8
+
+
+def rolling(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: header (see read_inputs), then nwin, hop (0: RANGE frame),
+    naggs, scratch addr, scratch bytes, nwin window lengths (ns), then
+    nwin * naggs columns (window-major). Frame of a row at time t: rows of its
+    key with lower <= ts <= t, where lower = t - W, or
+    floor((t - W) / hop) * hop with a hop."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var hop = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var scratch_addr = Int(d[unsafe_offset=HEADER + 3])
+    var scratch_size = Int(d[unsafe_offset=HEADER + 4])
+    var wat = HEADER + 5
+    var cat = wat + nwin
+    var n = inp.n
+    if n == 0:
+        return PythonObject(0)
+    var cols = read_columns(d, cat, nwin * naggs)
+    if not stream_supported(cols):
+        return rolling_generic(inp, nwin, hop, naggs, d.unsafe_offset(wat), cols)
+    var keyed = inp.codes != 0
+    var g = inp.ngroups if keyed else 1
+    if scratch_size < rolling_scratch_bytes(n, g, nwin):
+        raise Error("ValueError: internal: kernel scratch buffer too small")
+    var bump = Bump(scratch_addr, scratch_size)
+    var ts = inp.ts
+    var starts = i64p(bump.take(8 * (g + 1)))
+    var sts = ts
+    var sv = f64p(inp.vaddr)
+    var perm = ts  # unused unless has_perm
+    var has_perm = False
+    if keyed:
+        var codes = I32P(unsafe_from_address=inp.codes)
+        var cursor = i64p(bump.take(8 * g))
+        perm = i64p(bump.take(8 * n))
+        sts = i64p(bump.take(8 * n))
+        sv = f64p(bump.take(8 * n))
+        has_perm = True
+        for k in range(g + 1):
+            starts[unsafe_offset=k] = 0
+        for i in range(n):
+            starts[unsafe_offset=Int(codes[unsafe_offset=i]) + 1] += 1
+        for k in range(g):
+            starts[unsafe_offset=k + 1] += starts[unsafe_offset=k]
+            cursor[unsafe_offset=k] = starts[unsafe_offset=k]
+        # one read of the inputs: every row to its key's next slot
+        for i in range(n):
+            var c = Int(codes[unsafe_offset=i])
+            var p = Int(cursor[unsafe_offset=c])
+            cursor[unsafe_offset=c] = Int64(p + 1)
+            perm[unsafe_offset=p] = Int64(i)
+            sts[unsafe_offset=p] = ts[unsafe_offset=i]
+            sv[unsafe_offset=p] = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
+    else:
+        starts[unsafe_offset=0] = 0
+        starts[unsafe_offset=1] = Int64(n)
+        var in_order = True
+        for i in range(1, n):
+            if ts[unsafe_offset=i] < ts[unsafe_offset=i - 1]:
+                in_order = False
+                break
+        if not in_order:
+            perm = i64p(bump.take(8 * n))
+            sts = i64p(bump.take(8 * n))
+            has_perm = True
+            for i in range(n):
+                perm[unsafe_offset=i] = Int64(i)
+                sts[unsafe_offset=i] = ts[unsafe_offset=i]
+        if not in_order or inp.dtype != DT_F64 or inp.valid_addr != 0:
+            sv = f64p(bump.take(8 * n))
+            for i in range(n):
+                sv[unsafe_offset=i] = load_valid(
+                    inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i
+                )
+    # keys whose rows were not in ts order: stable sort, then gather them again
+    var maxrun = 0
+    if has_perm:
+        var msort = Optional[I64P](None)
+        for k in range(g):
+            var a = Int(starts[unsafe_offset=k])
+            var b = Int(starts[unsafe_offset=k + 1])
+            maxrun = max(maxrun, b - a)
+            var sorted = True
+            for p in range(a + 1, b):
+                if sts[unsafe_offset=p] < sts[unsafe_offset=p - 1]:
+                    sorted = False
+                    break
+            if not sorted:
+                if not msort:
+                    msort = alloc_i64(n)
+                merge_sort_by_ts(perm, msort.value(), a, b, ts)
+                for p in range(a, b):
+                    var i = Int(perm[unsafe_offset=p])
+                    sts[unsafe_offset=p] = ts[unsafe_offset=i]
+                    sv[unsafe_offset=p] = load_valid(
+                        inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i
+                    )
+        if msort:
+            msort.value().unsafe_free()
+    else:
+        maxrun = n
+    var need_sum = False
+    var need_minmax = False
+    var need_extra = False
+    var need_lev = False
+    for ref c in cols:
+        if c.agg == A_SUM or c.agg == A_MEAN:
+            need_sum = True
+        elif c.agg == A_MIN or c.agg == A_MAX:
+            need_minmax = True
+        elif c.agg != A_COUNT:
+            need_extra = True
+        if c.valid != 0:
+            need_lev = True
+    var dqmin = i64p(bump.take(8 * maxrun if need_minmax else 8))
+    var dqmax = i64p(bump.take(8 * maxrun if need_minmax else 8))
+    var npad = (n + 7) // 8 * 8
+    var lev = u8p(bump.take(npad if need_lev else 8))
+    for w in range(nwin):
+        var width = Int(d[unsafe_offset=wat + w])
+        var o = outs_for(cols, w * naggs, naggs, Int(lev) if need_lev else 0)
+        for k in range(g):
+            var a = Int(starts[unsafe_offset=k])
+            var b = Int(starts[unsafe_offset=k + 1])
+            if a < b:
+                run_window(
+                    need_sum, need_minmax, need_extra, sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax
+                )
+        if need_lev:
+            for i in range(n, npad):
+                lev[unsafe_offset=i] = 0
+            for c in range(w * naggs, (w + 1) * naggs):
+                if cols[c].valid != 0:
+                    var two = cols[c].agg == A_STD or cols[c].agg == A_VAR
+                    pack_levels(lev, n, two, u8p(cols[c].valid))
     return PythonObject(n)
 
 

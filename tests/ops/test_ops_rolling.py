@@ -36,6 +36,34 @@ def test_matches_duckdb(data: Rows, window: int) -> None:
         assert_matches(table[f"{agg}_{window}"], expected[agg], agg)
 
 
+STREAMED = [a for a in ALL if a != "count_distinct"]  # the grouped-pass kernel path
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=rows(),
+    window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
+    in_order=st.booleans(),
+)
+def test_grouped_pass_matches_duckdb(data: Rows, window: int, in_order: bool) -> None:
+    """Without count_distinct the kernels take the specialised grouped pass, several
+    windows at once: over input already in ts order (used in place when unkeyed) and
+    over unsorted input (keys merge-sorted first)."""
+    if in_order:  # stable: ties keep their input order
+        order = np.argsort(data.ts, kind="stable")
+        data = Rows(
+            data.ts[order],
+            data.values.take(pa.array(order, pa.int64())),
+            None if data.keys is None else data.keys.take(pa.array(order, pa.int64())),
+        )
+    windows = [window, window + 3]
+    table = ops.rolling(data.ts, data.values, windows, STREAMED, keys=data.keys)
+    for w in windows:
+        expected = oracle.rolling(data.ts, data.values, w, STREAMED, data.keys)
+        for agg in STREAMED:
+            assert_matches(table[f"{agg}_{w}"], expected[agg], agg)
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     data=rows(max_rows=40),

@@ -108,6 +108,17 @@ def _column_words(columns: list[OutputColumn]) -> list[int]:
     return words
 
 
+def _rolling_scratch_bytes(n: int, ngroups: int, nwin: int) -> int:
+    """Scratch for the rolling kernel (``rolling_scratch_bytes`` in kernels.mojo).
+
+    It comes from the Arrow memory pool: its pages stay mapped between calls,
+    so a repeated call does not pay the page faults of fresh memory again.
+    """
+    del nwin  # one level-byte buffer serves every window
+    npad = (n + 7) // 8 * 8
+    return 8 * (2 * ngroups + 2) + 8 * 5 * n + npad + 64 * 8
+
+
 class NativeBackend:
     """The Mojo kernels behind the backend interface of `featureflow.ops._backend`."""
 
@@ -134,8 +145,9 @@ class NativeBackend:
         aggs: list[str],
         columns: list[OutputColumn],
     ) -> None:
-        words = [*_header(s), len(windows), hop or 0, len(aggs), *windows]
-        self._call("rolling", words + _column_words(columns))
+        scratch = pa.allocate_buffer(_rolling_scratch_bytes(s.n, s.ngroups, len(windows)))
+        words = [*_header(s), len(windows), hop or 0, len(aggs), scratch.address, scratch.size]
+        self._call("rolling", words + windows + _column_words(columns))
 
     def hopping(
         self,
