@@ -121,3 +121,23 @@ def test_missing_view_and_missing_online_table(tmp_path: Path) -> None:
     sqlite_path(store).unlink()
     with pytest.raises(OnlineStoreError, match="feast apply"):
         write(store, VIEW, _table(range(1), 1, 1.0))
+
+
+def test_empty_table_writes_nothing(tmp_path: Path, redis_url: str) -> None:
+    for store in (sqlite_store(tmp_path / "s", features=FEATURES),
+                  redis_store(tmp_path / "r", redis_url, features=FEATURES)):
+        stats = write(store, VIEW, _table(range(0), 1, 1.0))
+        assert (stats.rows, stats.written, stats.skipped) == (0, 0, 0)
+
+
+def test_redis_key_ttl_is_applied_like_feast(tmp_path: Path, redis_url: str) -> None:
+    from feast.infra.online_stores.redis import RedisOnlineStoreConfig
+
+    db_store = redis_store(tmp_path / "db", redis_url, features=FEATURES)
+    url = db_store.config.online_store.connection_string
+    store = make_store(tmp_path / "ttl", RedisOnlineStoreConfig(connection_string=url,
+                                                                 key_ttl_seconds=600),
+                       features=FEATURES)
+    write(store, VIEW, _table(range(2), 1_000, 1.0))
+    client = redis_client(store)
+    assert all(0 < client.ttl(key) <= 600 for key in client.scan_iter())

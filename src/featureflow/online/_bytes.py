@@ -193,11 +193,13 @@ def _stack_fixed(cells: Sequence[Cells], n: int) -> U8:
     element copy per row instead of a byte loop).
     """
     width = sum(c.width for c in cells)
+    if n == 0:
+        return np.zeros((0, width), dtype=np.uint8)
     template = np.zeros(width, dtype=np.uint8)
     at = 0
     for c in cells:
         if c.is_const:
-            template[at : at + c.width] = c.matrix[0] if n else 0
+            template[at : at + c.width] = c.matrix[0]
         at += c.width
     out = np.empty((n, width), dtype=np.uint8)
     out[:] = template

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 from feast import FeatureStore, FeatureView
+from feast.errors import FeatureViewNotFoundException
 from feast.value_type import ValueType
 
 from featureflow.errors import OnlineStoreError
@@ -64,7 +65,7 @@ def view_layout(store: FeatureStore, view: str) -> tuple[FeatureView, ViewLayout
         try:
             fv = getter(view)
             break
-        except Exception:  # Feast raises several "not found" types
+        except FeatureViewNotFoundException:
             continue
     if fv is None:
         msg = (f"feature view {view!r} is not in the registry of project "
