@@ -1284,6 +1284,40 @@ def sessions(desc: PythonObject) raises -> PythonObject:
     return PythonObject(m)
 
 
+# ---------------------------------------------------------------------------
+# integer keys -> dense codes
+# ---------------------------------------------------------------------------
+
+
+def encode_int_keys(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: n, int64 keys addr, lowest key, span (highest - lowest + 1),
+    int32 table addr (span slots, scratch), int32 codes out addr, int64 first
+    rows out addr (min(n, span) slots). Codes are numbered in order of first
+    occurrence (as Arrow's dictionary_encode does), through a direct table
+    indexed by key - lowest: no hashing. Returns the number of distinct keys."""
+    var d = i64p(Int(py=desc))
+    var n = Int(d[unsafe_offset=0])
+    var keys = i64p(Int(d[unsafe_offset=1]))
+    var lowest = d[unsafe_offset=2]
+    var span = Int(d[unsafe_offset=3])
+    var table = I32P(unsafe_from_address=Int(d[unsafe_offset=4]))
+    var codes = I32P(unsafe_from_address=Int(d[unsafe_offset=5]))
+    var first = i64p(Int(d[unsafe_offset=6]))
+    for j in range(span):
+        table[unsafe_offset=j] = -1
+    var g = 0
+    for i in range(n):
+        var j = Int(keys[unsafe_offset=i] - lowest)
+        var c = Int(table[unsafe_offset=j])
+        if c < 0:
+            c = g
+            table[unsafe_offset=j] = Int32(c)
+            first[unsafe_offset=c] = Int64(i)
+            g += 1
+        codes[unsafe_offset=i] = Int32(c)
+    return PythonObject(g)
+
+
 @export
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
@@ -1293,6 +1327,9 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[hopping]("hopping", docstring="Hopping windows; see kernels.mojo.")
         m.def_function[sessions]("sessions", docstring="Session windows; see kernels.mojo.")
+        m.def_function[encode_int_keys](
+            "encode_int_keys", docstring="Dense codes of integer keys; see kernels.mojo."
+        )
         return m.finalize()
     except e:
         abort(String("featureflow: failed to create the kernels module: ", e))

@@ -52,6 +52,11 @@ def describe() -> dict[str, str]:
     }
 
 
+def _key_encoder() -> _inputs.IntKeyEncoder | None:
+    """The backend's fast integer-key encoder, if it has one."""
+    return getattr(_backend.current().backend, "int_key_codes", None)
+
+
 def rolling(
     ts: object,
     values: object,
@@ -86,7 +91,7 @@ def rolling(
     Raises:
         TypeError, ValueError: naming the argument that is wrong.
     """
-    s = _inputs.series(ts, values, keys)
+    s = _inputs.series(ts, values, keys, _key_encoder())
     wins = _inputs.windows(windows)
     names = parse_aggs(aggs)
     hop_ns = None if hop is None else duration_ns(hop, "hop")
@@ -111,7 +116,7 @@ def hopping(
         Columns ``key`` (only with keys), ``window_start``, ``window_end``
         (timestamp[ns, UTC]), then one column per agg, named after the agg.
     """
-    s = _inputs.keys_in_order(_inputs.series(ts, values, keys))
+    s = _inputs.keys_in_order(_inputs.series(ts, values, keys, _key_encoder()))
     size_ns = duration_ns(size, "size")
     step_ns = duration_ns(step, "step")
     names = parse_aggs(aggs)
@@ -146,7 +151,7 @@ def sessions(
         ``session_end`` (max ts + gap) as timestamp[ns, UTC], then one
         column per agg, named after the agg; sorted by key, session_start.
     """
-    s = _inputs.keys_in_order(_inputs.series(ts, values, keys))
+    s = _inputs.keys_in_order(_inputs.series(ts, values, keys, _key_encoder()))
     names = parse_aggs(aggs)
     gaps: np.ndarray | None = None
     gap_ns = 0

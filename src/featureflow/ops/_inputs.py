@@ -9,7 +9,7 @@ encoding produce new arrays.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,7 +114,14 @@ def value_array(obj: object, n: int, argument: str = "values") -> pa.Array:
     return arr
 
 
-def key_codes(obj: object, n: int, argument: str = "keys") -> tuple[np.ndarray, pa.Array]:
+IntKeyEncoder = Callable[[pa.Array], "tuple[np.ndarray, pa.Array] | None"]
+"""A backend's fast path for integer keys: the same codes as ``dictionary_encode``
+(first-occurrence order), or ``None`` to fall back to it."""
+
+
+def key_codes(
+    obj: object, n: int, argument: str = "keys", encoder: IntKeyEncoder | None = None
+) -> tuple[np.ndarray, pa.Array]:
     """Dense int32 codes (a hash pass, no sort) and the key value of each code.
 
     Integer and string keys are accepted; null keys form one group of their own.
@@ -127,18 +134,24 @@ def key_codes(obj: object, n: int, argument: str = "keys") -> tuple[np.ndarray, 
     if len(arr) != n:
         msg = f"{argument}: length {len(arr)} does not match ts length {n}"
         raise ValueError(msg)
+    if encoder is not None:
+        fast = encoder(arr)
+        if fast is not None:
+            return fast
     encoded = pc.dictionary_encode(arr, null_encoding="encode")
     codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
     return np.ascontiguousarray(codes), encoded.dictionary
 
 
-def series(ts: object, values: object, keys: object = None) -> Series:
+def series(
+    ts: object, values: object, keys: object = None, encoder: IntKeyEncoder | None = None
+) -> Series:
     """Validate and normalise the row arguments every function shares."""
     ts_arr = timestamps(ts)
     vals = value_array(values, len(ts_arr))
     if keys is None:
         return Series(ts_arr, vals, None, None)
-    codes, key_values = key_codes(keys, len(ts_arr))
+    codes, key_values = key_codes(keys, len(ts_arr), encoder=encoder)
     return Series(ts_arr, vals, codes, key_values)
 
 

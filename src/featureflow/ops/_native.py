@@ -20,6 +20,7 @@ from typing import Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from featureflow.errors import FeatureflowError
 from featureflow.ops._aggs import CODES
@@ -136,6 +137,27 @@ class NativeBackend:
             if text.startswith("ValueError: "):
                 raise ValueError(text.removeprefix("ValueError: ")) from None
             raise
+
+    def int_key_codes(self, arr: pa.Array) -> tuple[np.ndarray, pa.Array] | None:
+        """Dense int32 codes of integer keys without nulls, numbered in order of first
+        occurrence (as ``dictionary_encode``), through a direct table over the key
+        range; ``None`` when the range is too wide for a table (the caller hashes)."""
+        n = len(arr)
+        if n == 0 or arr.null_count or not pa.types.is_integer(arr.type):
+            return None
+        bounds = pc.min_max(arr)
+        lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        span = hi - lo + 1
+        if span > max(4 * n, 1 << 16) or span >= 1 << 31:
+            return None
+        keys = arr if arr.type == pa.int64() else arr.cast(pa.int64())
+        table = pa.allocate_buffer(4 * span)
+        codes = np.empty(n, dtype=np.int32)
+        first = np.empty(min(n, span), dtype=np.int64)
+        address = _address(keys, 1) + keys.offset * 8
+        words = [n, address, lo, span, table.address, int(codes.ctypes.data)]
+        g = self._call("encode_int_keys", [*words, int(first.ctypes.data)])
+        return codes, arr.take(pa.array(first[:g]))
 
     def rolling(
         self,
