@@ -55,7 +55,7 @@ jars: venv
 demo: setup
 	@set -e; \
 	trap '$(FF) kafka down >/dev/null' EXIT; \
-	$(FF) doctor | head -3; \
+	$(FF) doctor; \
 	$(FF) kafka up; \
 	$(FF) produce --topic transactions --events $(DEMO_EVENTS) --users $(DEMO_USERS) --seed 7 --fresh; \
 	$(FF) apply --repo feature_repo --schemas schemas; \

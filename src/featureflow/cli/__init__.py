@@ -29,6 +29,15 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+def quiet_third_party_logs(*, verbose: bool = False) -> None:
+    """Keep Feast's per-call INFO lines and its "experimental" warning out of user output."""
+    import warnings
+
+    if not verbose:
+        logging.getLogger("feast").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message="Stream feature views are experimental")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every sub-command registered."""
     parser = argparse.ArgumentParser(
@@ -50,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    quiet_third_party_logs(verbose=args.verbose)
     try:
         status: int = args.handler(args)
     except FeatureflowError as error:

@@ -32,6 +32,9 @@ def produce(
             "compression.type": "lz4",
             "enable.idempotence": True,
             "queue.buffering.max.messages": 1_000_000,
+            # librdkafka's transient warnings (e.g. "coordinator load in progress"
+            # right after the broker starts) are retried internally; errors still show.
+            "log_level": 3,
         }
     )
     failures: list[str] = []

@@ -43,7 +43,7 @@ class JarBundle:
 
 
 def artifact_name(jar: str) -> str:
-    """The Maven artifact id of a jar's file name: ``kafka-clients-3.9.2.jar`` -> ``kafka-clients``."""
+    """The Maven artifact id in a jar's name: ``kafka-clients-3.9.2.jar`` -> ``kafka-clients``."""
     match = _JAR_NAME.match(jar)
     return match.group("artifact") if match else jar.removesuffix(".jar")
 
@@ -98,7 +98,7 @@ def fetch(bundle: JarBundle, *, force: bool = False) -> list[Path]:
             return existing
     mvn = shutil.which("mvn")
     if mvn is None:
-        msg = "Maven ('mvn') is not on PATH: install it ('apt-get install maven') or run 'make setup'"
+        msg = "Maven ('mvn') is not on PATH: install it (apt-get install maven) or run make setup"
         raise MavenError(msg)
     pom = resources.files("featureflow.infra") / "poms" / bundle.pom
     with tempfile.TemporaryDirectory(prefix=f"ff-{bundle.name}-") as tmp:

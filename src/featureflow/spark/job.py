@@ -67,9 +67,12 @@ def _kafka_options(pairs: list[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job; returns the exit status (0 when ``--available-now`` drained the topic)."""
+    from featureflow.cli import quiet_third_party_logs
+
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    quiet_third_party_logs()
     args = build_parser().parse_args(argv)
     try:
         return _run(args)

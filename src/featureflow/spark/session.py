@@ -53,6 +53,9 @@ def build_session(
         builder = builder.master(master)
     elif not _jvm_already_running():
         builder = builder.master("local[*]")
+    # PySpark takes the workers' interpreter from this variable when it creates
+    # the context (the spark.pyspark.python setting only reaches spark-submit).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": str(shuffle_partitions or 2 * (os.cpu_count() or 1)),
@@ -60,7 +63,7 @@ def build_session(
         "spark.ui.showConsoleProgress": "false",
         # Python workers must import featureflow and its native kernels: use
         # this interpreter unless the deployment says otherwise.
-        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
     }
     if not _jvm_already_running():
         conf["spark.jars"] = ",".join(connector_jars)
