@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from duckdb_oracle import END_NS, SQL_AGGREGATES, WINDOWS_S, events_table, per_event_features
 
 from featureflow import features
 from featureflow.events import sample
 from featureflow.repo import AggregationSpec, StreamViewSpec
-
-END_NS = 1_795_996_800_000_000_000
-WINDOWS_S = (600, 3600, 86_400)
-FUNCTIONS = {
-    "count": "count",
-    "sum": "sum",
-    "mean": "avg",
-    "min": "min",
-    "max": "max",
-    "std": "stddev_samp",
-}
 
 SPEC = StreamViewSpec(
     name="user_txn_stats",
@@ -33,31 +22,9 @@ SPEC = StreamViewSpec(
     aggregations=tuple(
         AggregationSpec("amount", fn, w * 10**9, f"{fn}_amount_{w}s")
         for w in WINDOWS_S
-        for fn in FUNCTIONS
+        for fn in SQL_AGGREGATES
     ),
 )
-
-
-def _events(n: int, users: int, seed: int) -> pa.Table:
-    generated = sample.generate(n, users=users, seed=seed, end_ns=END_NS)
-    amount = pa.array(generated.amount, mask=np.isnan(generated.amount))
-    return pa.table(
-        {"user_id": generated.user_id, "event_ns": generated.event_ns, "amount": amount}
-    )
-
-
-def _duckdb_per_event(events: pa.Table) -> pa.Table:
-    selects = ", ".join(
-        f"{sql}(amount) OVER (PARTITION BY user_id ORDER BY event_ns "
-        f"RANGE BETWEEN {w * 10**9} PRECEDING AND CURRENT ROW) AS {fn}_amount_{w}s"
-        for w in WINDOWS_S
-        for fn, sql in FUNCTIONS.items()
-    )
-    query = f"SELECT row_number, {selects} FROM (SELECT *, row_number() OVER () AS row_number FROM events) ORDER BY row_number"  # noqa: E501
-    con = duckdb.connect()
-    con.register("events", events)
-    result = con.sql(query).to_arrow_table()
-    return result
 
 
 def _assert_close(actual: pa.ChunkedArray, expected: pa.ChunkedArray, name: str) -> None:
@@ -69,9 +36,9 @@ def _assert_close(actual: pa.ChunkedArray, expected: pa.ChunkedArray, name: str)
 
 @pytest.mark.parametrize(("n", "users", "seed"), [(3000, 40, 1), (500, 3, 2), (1, 1, 3)])
 def test_event_features_equal_duckdb_range_windows(n: int, users: int, seed: int) -> None:
-    events = _events(n, users, seed)
+    events = events_table(sample.generate(n, users=users, seed=seed, end_ns=END_NS))
     ours = features.event_features(events, SPEC)
-    oracle = _duckdb_per_event(events)
+    oracle = per_event_features(events)
     assert ours.column_names[:2] == ["user_id", "event_ns"]
     assert ours.num_rows == n
     for aggregation in SPEC.aggregations:

@@ -13,10 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
-import numpy as np
-import pyarrow as pa
 import pytest
+from duckdb_oracle import END_NS, FEATURE_NAMES, events_table, latest_features
 
 from featureflow.events import sample
 from featureflow.infra import kafka_client
@@ -25,16 +23,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-END_NS = 1_795_996_800_000_000_000
-WINDOWS_S = (600, 3600, 86_400)
-SQL = {
-    "count": "count",
-    "sum": "sum",
-    "mean": "avg",
-    "min": "min",
-    "max": "max",
-    "std": "stddev_samp",
-}
 BAD_RECORDS = [
     b"{this is not json",
     b'{"user_id": "abc", "amount": 1.0, "event_timestamp": 1795996800000}',
@@ -54,33 +42,6 @@ def _point_repo_at(repo: Path, topic: str) -> None:
     text = definitions.read_text()
     assert 'topic="transactions"' in text
     definitions.write_text(text.replace('topic="transactions"', f'topic="{topic}"'))
-
-
-def _expected_latest(events: sample.SampleEvents) -> dict[int, dict[str, float | None]]:
-    table = pa.table(
-        {
-            "user_id": events.user_id,
-            "event_ns": events.event_ns,
-            "amount": pa.array(events.amount, mask=np.isnan(events.amount)),
-        }
-    )
-    aggregates = ", ".join(
-        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= l.t - {w * 10**9}) AS {fn}_amount_{w}s"
-        for w in WINDOWS_S
-        for fn, sql in SQL.items()
-    )
-    con = duckdb.connect()
-    con.register("events", table)
-    rows = con.sql(
-        f"""
-        WITH latest AS (SELECT user_id, max(event_ns) AS t FROM events GROUP BY user_id)
-        SELECT l.user_id, {aggregates}
-        FROM events e JOIN latest l ON e.user_id = l.user_id AND e.event_ns <= l.t
-        GROUP BY l.user_id ORDER BY l.user_id
-        """
-    ).fetchall()
-    names = [f"{fn}_amount_{w}s" for w in WINDOWS_S for fn in SQL]
-    return {row[0]: dict(zip(names, row[1:], strict=True)) for row in rows}
 
 
 def test_job_writes_online_features_equal_to_duckdb(
@@ -120,8 +81,8 @@ def test_job_writes_online_features_equal_to_duckdb(
 
     from feast import FeatureStore
 
-    expected = _expected_latest(events)
-    names = list(next(iter(expected.values())))
+    expected = latest_features(events_table(events))
+    names = list(FEATURE_NAMES)
     store = FeatureStore(repo_path=str(feature_repo_copy))
     online = store.get_online_features(
         features=[f"user_txn_stats:{name}" for name in names],

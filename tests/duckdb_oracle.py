@@ -1,0 +1,68 @@
+"""DuckDB as the independent oracle of the example view's features.
+
+SQL's ``RANGE BETWEEN W PRECEDING AND CURRENT ROW`` is exactly featureflow's
+frame ``[t - W, t]``; these queries compute the 18 features of
+``user_txn_stats`` from raw events, per event or as of each user's latest event.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from featureflow.events import sample
+
+END_NS = 1_795_996_800_000_000_000  # 2026-11-30T00:00:00Z
+WINDOWS_S = (600, 3600, 86_400)
+SQL_AGGREGATES = {
+    "count": "count",
+    "sum": "sum",
+    "mean": "avg",
+    "min": "min",
+    "max": "max",
+    "std": "stddev_samp",
+}
+FEATURE_NAMES = tuple(f"{fn}_amount_{w}s" for w in WINDOWS_S for fn in SQL_AGGREGATES)
+
+
+def events_table(events: sample.SampleEvents) -> pa.Table:
+    """user_id, event_ns, amount (null where the event's amount is null)."""
+    amount = pa.array(events.amount, mask=np.isnan(events.amount))
+    return pa.table({"user_id": events.user_id, "event_ns": events.event_ns, "amount": amount})
+
+
+def per_event_features(events: pa.Table) -> pa.Table:
+    """Every feature for every event, in input order."""
+    selects = ", ".join(
+        f"{sql}(amount) OVER (PARTITION BY user_id ORDER BY event_ns "
+        f"RANGE BETWEEN {w * 10**9} PRECEDING AND CURRENT ROW) AS {fn}_amount_{w}s"
+        for w in WINDOWS_S
+        for fn, sql in SQL_AGGREGATES.items()
+    )
+    con = duckdb.connect()
+    con.register("events", events)
+    return con.sql(
+        f"SELECT row_number, {selects} FROM "
+        "(SELECT *, row_number() OVER () AS row_number FROM events) ORDER BY row_number"
+    ).to_arrow_table()
+
+
+def latest_features(events: pa.Table) -> dict[int, dict[str, float | None]]:
+    """Per user: every feature as of the user's latest event."""
+    aggregates = ", ".join(
+        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= l.t - {w * 10**9}) AS {fn}_amount_{w}s"
+        for w in WINDOWS_S
+        for fn, sql in SQL_AGGREGATES.items()
+    )
+    con = duckdb.connect()
+    con.register("events", events)
+    rows = con.sql(
+        f"""
+        WITH latest AS (SELECT user_id, max(event_ns) AS t FROM events GROUP BY user_id)
+        SELECT l.user_id, {aggregates}
+        FROM events e JOIN latest l ON e.user_id = l.user_id AND e.event_ns <= l.t
+        GROUP BY l.user_id ORDER BY l.user_id
+        """
+    ).fetchall()
+    return {row[0]: dict(zip(FEATURE_NAMES, row[1:], strict=True)) for row in rows}
