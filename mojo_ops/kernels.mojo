@@ -23,7 +23,8 @@
 # entry point and mirrored in src/featureflow/ops/_native.py.
 
 from std.os import abort
-from std.python import PythonObject
+from std.python import Python, PythonObject
+from std.python._cpython import GILReleased  # private: the only use is rolling_part
 from std.python.bindings import PythonModuleBuilder
 from std.collections import Dict
 from std.utils.numerics import nan, isnan
@@ -799,8 +800,10 @@ def window_pass[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
     o: Outs,
     dqmin: I64P,
     dqmax: I64P,
+    emit_from: Int,
 ):
-    """Rolling aggregates of the rows [a, b) of one key (ts-sorted, contiguous)."""
+    """Rolling aggregates of the rows [a, b) of one key (ts-sorted, contiguous);
+    rows before `emit_from` only build up the state (a part's warm-up)."""
     var need_min = o.min != 0
     var need_max = o.max != 0
     var need_sq = o.std != 0 or o.var_ != 0
@@ -931,7 +934,7 @@ def window_pass[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                 if need_last and last >= lo:
                     rlast = sv[unsafe_offset=last]
         var level = UInt8(min(count, 2))
-        for q in range(p, e):
+        for q in range(max(p, emit_from), e):
             var r = Int(perm[unsafe_offset=q]) if has_perm else q
             if o.count != 0:
                 i64p(o.count)[unsafe_offset=r] = Int64(count)
@@ -974,27 +977,28 @@ def run_window(
     o: Outs,
     dqmin: I64P,
     dqmax: I64P,
+    emit_from: Int,
 ):
     """Dispatch to the window_pass specialised for the needed aggregate families."""
     if sum_:
         if minmax:
             if extra:
-                window_pass[True, True, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+                window_pass[True, True, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
             else:
-                window_pass[True, True, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+                window_pass[True, True, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
         elif extra:
-            window_pass[True, False, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+            window_pass[True, False, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
         else:
-            window_pass[True, False, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+            window_pass[True, False, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
     elif minmax:
         if extra:
-            window_pass[False, True, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+            window_pass[False, True, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
         else:
-            window_pass[False, True, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+            window_pass[False, True, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
     elif extra:
-        window_pass[False, False, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+        window_pass[False, False, True](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
     else:
-        window_pass[False, False, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax)
+        window_pass[False, False, False](sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax, emit_from)
 
 
 def pack_levels(lev: U8P, n: Int, need_two: Bool, dst: U8P):
@@ -1014,18 +1018,96 @@ def stream_supported(cols: List[Column]) -> Bool:
     return True
 
 
+comptime META = 16  # int64 words at the start of the scratch: the prepared layout
+
+
 def rolling_scratch_bytes(n: Int, ngroups: Int, nwin: Int) -> Int:
-    """Scratch the caller must pass to `rolling` (mirrored in _native.py)."""
+    """Scratch the caller must pass to `rolling_prepare` (mirrored in _native.py)."""
     var npad = (n + 7) // 8 * 8
-    return 8 * (2 * ngroups + 2) + 8 * 5 * n + npad + 64 * 8
+    return 8 * META + 8 * (2 * ngroups + 2) + 8 * 3 * n + npad * nwin + 64 * 8
 
 
-def rolling(desc: PythonObject) raises -> PythonObject:
+@fieldwise_init
+struct Plan(Movable):
+    """A prepared rolling call: descriptor fields plus the layout in the scratch."""
+
+    var n: Int
+    var g: Int
+    var nwin: Int
+    var hop: Int
+    var naggs: Int
+    var widths: I64P
+    var cols: List[Column]
+    var starts: I64P
+    var perm: I64P
+    var sts: I64P
+    var sv: F64P
+    var has_perm: Bool
+    var maxrun: Int
+    var lev: U8P
+    var npad: Int
+    var need_sum: Bool
+    var need_minmax: Bool
+    var need_extra: Bool
+    var need_lev: Bool
+
+
+def read_plan(d: I64P) -> Plan:
+    """The plan `rolling_prepare` recorded (META words at the scratch start)."""
+    var n = Int(d[unsafe_offset=0])
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var m = i64p(Int(d[unsafe_offset=HEADER + 3]))
+    var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+    var need_sum = False
+    var need_minmax = False
+    var need_extra = False
+    var need_lev = False
+    for ref c in cols:
+        if c.agg == A_SUM or c.agg == A_MEAN:
+            need_sum = True
+        elif c.agg == A_MIN or c.agg == A_MAX:
+            need_minmax = True
+        elif c.agg != A_COUNT:
+            need_extra = True
+        if c.valid != 0:
+            need_lev = True
+    return Plan(
+        n,
+        Int(m[unsafe_offset=0]),
+        nwin,
+        Int(d[unsafe_offset=HEADER + 1]),
+        naggs,
+        d.unsafe_offset(HEADER + 5),
+        cols^,
+        i64p(Int(m[unsafe_offset=1])),
+        i64p(Int(m[unsafe_offset=2])),
+        i64p(Int(m[unsafe_offset=3])),
+        f64p(Int(m[unsafe_offset=4])),
+        m[unsafe_offset=5] != 0,
+        Int(m[unsafe_offset=6]),
+        u8p(Int(m[unsafe_offset=7])),
+        (n + 7) // 8 * 8,
+        need_sum,
+        need_minmax,
+        need_extra,
+        need_lev,
+    )
+
+
+def rolling_prepare(desc: PythonObject) raises -> PythonObject:
     """Descriptor: header (see read_inputs), then nwin, hop (0: RANGE frame),
     naggs, scratch addr, scratch bytes, nwin window lengths (ns), then
     nwin * naggs columns (window-major). Frame of a row at time t: rows of its
     key with lower <= ts <= t, where lower = t - W, or
-    floor((t - W) / hop) * hop with a hop."""
+    floor((t - W) / hop) * hop with a hop.
+
+    Groups the rows (see the section comment) into the scratch and records the
+    layout there; `rolling_part` then computes the windows of its share of the
+    keys (of the rows, unkeyed) and `rolling_finish` packs the validity.
+    Returns the longest key's row count (each part needs 16 bytes per row of
+    it for deques), or -1 when count_distinct made it compute everything here
+    on the frame-by-frame path."""
     var d = i64p(Int(py=desc))
     var inp = read_inputs(d)
     var nwin = Int(d[unsafe_offset=HEADER])
@@ -1034,18 +1116,19 @@ def rolling(desc: PythonObject) raises -> PythonObject:
     var scratch_addr = Int(d[unsafe_offset=HEADER + 3])
     var scratch_size = Int(d[unsafe_offset=HEADER + 4])
     var wat = HEADER + 5
-    var cat = wat + nwin
     var n = inp.n
     if n == 0:
         return PythonObject(0)
-    var cols = read_columns(d, cat, nwin * naggs)
+    var cols = read_columns(d, wat + nwin, nwin * naggs)
     if not stream_supported(cols):
-        return rolling_generic(inp, nwin, hop, naggs, d.unsafe_offset(wat), cols)
+        _ = rolling_generic(inp, nwin, hop, naggs, d.unsafe_offset(wat), cols)
+        return PythonObject(-1)
     var keyed = inp.codes != 0
     var g = inp.ngroups if keyed else 1
     if scratch_size < rolling_scratch_bytes(n, g, nwin):
         raise Error("ValueError: internal: kernel scratch buffer too small")
     var bump = Bump(scratch_addr, scratch_size)
+    var meta = i64p(bump.take(8 * META))
     var ts = inp.ts
     var starts = i64p(bump.take(8 * (g + 1)))
     var sts = ts
@@ -1122,41 +1205,114 @@ def rolling(desc: PythonObject) raises -> PythonObject:
             msort.value().unsafe_free()
     else:
         maxrun = n
-    var need_sum = False
-    var need_minmax = False
-    var need_extra = False
-    var need_lev = False
-    for ref c in cols:
-        if c.agg == A_SUM or c.agg == A_MEAN:
-            need_sum = True
-        elif c.agg == A_MIN or c.agg == A_MAX:
-            need_minmax = True
-        elif c.agg != A_COUNT:
-            need_extra = True
-        if c.valid != 0:
-            need_lev = True
-    var dqmin = i64p(bump.take(8 * maxrun if need_minmax else 8))
-    var dqmax = i64p(bump.take(8 * maxrun if need_minmax else 8))
     var npad = (n + 7) // 8 * 8
-    var lev = u8p(bump.take(npad if need_lev else 8))
+    var lev = u8p(bump.take(npad * nwin))
     for w in range(nwin):
-        var width = Int(d[unsafe_offset=wat + w])
-        var o = outs_for(cols, w * naggs, naggs, Int(lev) if need_lev else 0)
-        for k in range(g):
-            var a = Int(starts[unsafe_offset=k])
-            var b = Int(starts[unsafe_offset=k + 1])
-            if a < b:
-                run_window(
-                    need_sum, need_minmax, need_extra, sts, sv, a, b, width, hop, perm, has_perm, o, dqmin, dqmax
-                )
-        if need_lev:
-            for i in range(n, npad):
-                lev[unsafe_offset=i] = 0
-            for c in range(w * naggs, (w + 1) * naggs):
-                if cols[c].valid != 0:
-                    var two = cols[c].agg == A_STD or cols[c].agg == A_VAR
-                    pack_levels(lev, n, two, u8p(cols[c].valid))
-    return PythonObject(n)
+        for i in range(n, npad):
+            lev[unsafe_offset=w * npad + i] = 0
+    meta[unsafe_offset=0] = Int64(g)
+    meta[unsafe_offset=1] = Int64(Int(starts))
+    meta[unsafe_offset=2] = Int64(Int(perm))
+    meta[unsafe_offset=3] = Int64(Int(sts))
+    meta[unsafe_offset=4] = Int64(Int(sv))
+    meta[unsafe_offset=5] = Int64(1 if has_perm else 0)
+    meta[unsafe_offset=6] = Int64(maxrun)
+    meta[unsafe_offset=7] = Int64(Int(lev))
+    return PythonObject(maxrun)
+
+
+def run_part(pl: Plan, part: Int, parts: Int, dq: I64P):
+    """Windows of part `part` of `parts`: keyed, a contiguous range of keys
+    holding about n / parts rows; unkeyed, a range of rows (cut between runs
+    of equal ts), whose windows are warmed up from the first row they need."""
+    var dqmin = dq
+    var dqmax = dq.unsafe_offset(max(pl.maxrun, 1))
+    var k0 = 0
+    var k1 = pl.g
+    var r0 = 0
+    var r1 = pl.n
+    if parts > 1:
+        if pl.g > 1:
+            # keys [k0, k1): those whose first row falls in this part's share
+            k0 = pl.g
+            k1 = pl.g
+            var lo_row = pl.n * part // parts
+            var hi_row = pl.n * (part + 1) // parts
+            for k in range(pl.g):
+                var a = Int(pl.starts[unsafe_offset=k])
+                if a >= lo_row and k0 == pl.g:
+                    k0 = k
+                if a >= hi_row:
+                    k1 = k
+                    break
+            if part == parts - 1:
+                k1 = pl.g
+            if k1 < k0:
+                k1 = k0
+        else:
+            r0 = pl.n * part // parts
+            r1 = pl.n * (part + 1) // parts
+            # cut between runs of equal ts
+            while r0 > 0 and r0 < pl.n and pl.sts[unsafe_offset=r0] == pl.sts[unsafe_offset=r0 - 1]:
+                r0 += 1
+            while r1 > 0 and r1 < pl.n and pl.sts[unsafe_offset=r1] == pl.sts[unsafe_offset=r1 - 1]:
+                r1 += 1
+    for w in range(pl.nwin):
+        var width = Int(pl.widths[unsafe_offset=w])
+        var lev = Int(pl.lev.unsafe_offset(w * pl.npad)) if pl.need_lev else 0
+        var o = outs_for(pl.cols, w * pl.naggs, pl.naggs, lev)
+        if pl.g > 1 or parts == 1:
+            for k in range(k0, k1):
+                var a = Int(pl.starts[unsafe_offset=k])
+                var b = Int(pl.starts[unsafe_offset=k + 1])
+                if a < b:
+                    run_window(
+                        pl.need_sum, pl.need_minmax, pl.need_extra, pl.sts, pl.sv, a, b, width,
+                        pl.hop, pl.perm, pl.has_perm, o, dqmin, dqmax, a,
+                    )
+        elif r0 < r1:
+            # warm up from the first row in the frame of row r0
+            var t = Int(pl.sts[unsafe_offset=r0])
+            var lower = t - width
+            if pl.hop > 0:
+                lower = floor_div(lower, pl.hop) * pl.hop
+            var lo = 0
+            var hi = r0
+            while lo < hi:
+                var mid = (lo + hi) // 2
+                if Int(pl.sts[unsafe_offset=mid]) < lower:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            run_window(
+                pl.need_sum, pl.need_minmax, pl.need_extra, pl.sts, pl.sv, lo, r1, width,
+                pl.hop, pl.perm, pl.has_perm, o, dqmin, dqmax, r0,
+            )
+
+
+def rolling_part(desc: PythonObject, part: PythonObject, parts: PythonObject, dq: PythonObject) raises -> PythonObject:
+    """Compute part `part` of `parts` of a prepared call (see rolling_prepare)
+    with the GIL released; `dq` addresses 16 * max(maxrun, 1) bytes of deques."""
+    var d = i64p(Int(py=desc))
+    var pl = read_plan(d)
+    var p = Int(py=part)
+    var ps = Int(py=parts)
+    var q = i64p(Int(py=dq))
+    with GILReleased(Python()):
+        run_part(pl, p, ps, q)
+    return PythonObject(0)
+
+
+def rolling_finish(desc: PythonObject) raises -> PythonObject:
+    """Pack the validity bitmaps of a prepared call from its level bytes."""
+    var d = i64p(Int(py=desc))
+    var pl = read_plan(d)
+    for c in range(len(pl.cols)):
+        if pl.cols[c].valid != 0:
+            var w = c // pl.naggs
+            var two = pl.cols[c].agg == A_STD or pl.cols[c].agg == A_VAR
+            pack_levels(pl.lev.unsafe_offset(w * pl.npad), pl.n, two, u8p(pl.cols[c].valid))
+    return PythonObject(pl.n)
 
 
 # ---------------------------------------------------------------------------
@@ -1322,8 +1478,14 @@ def encode_int_keys(desc: PythonObject) raises -> PythonObject:
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
         var m = PythonModuleBuilder("kernels")
-        m.def_function[rolling](
-            "rolling", docstring="Rolling window aggregates; see kernels.mojo."
+        m.def_function[rolling_prepare](
+            "rolling_prepare", docstring="Rolling windows, step 1: group rows; see kernels.mojo."
+        )
+        m.def_function[rolling_part](
+            "rolling_part", docstring="Rolling windows, step 2: one part; see kernels.mojo."
+        )
+        m.def_function[rolling_finish](
+            "rolling_finish", docstring="Rolling windows, step 3: validity; see kernels.mojo."
         )
         m.def_function[hopping]("hopping", docstring="Hopping windows; see kernels.mojo.")
         m.def_function[sessions]("sessions", docstring="Session windows; see kernels.mojo.")

@@ -193,3 +193,33 @@ def test_many_windows_in_one_call_equal_separate_calls() -> None:
     for w in ["1us", "10us", "1ms"]:
         alone = ops.rolling(ts, values, w, ["sum", "max"], keys=keys)
         assert together.select([f"sum_{w}", f"max_{w}"]).equals(alone)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("parts", [2, 3])
+def test_parts_on_threads_agree_with_one_thread(
+    backend: str, keyed: bool, parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large calls are split over threads (keys, or rows with a warm-up when unkeyed)."""
+    if backend != "mojo":
+        pytest.skip("the split is a property of the Mojo backend")
+    from featureflow.ops import _native
+
+    rng = np.random.default_rng(7)
+    n = 20_000
+    ts = np.sort(rng.integers(0, 10**6, n))
+    ts[n // 2 - 50 : n // 2 + 50] = ts[n // 2]  # a run of equal ts across the cut
+    if not keyed and parts == 3:
+        ts[:200] = ts[:200][::-1].copy()  # not in order: the sorted copy is split
+    nulls = rng.random(n) < 0.1 if parts == 3 else None  # parts=2: values used in place
+    values = pa.array(rng.normal(5, 3, n), mask=nulls)
+    keys = pa.array(rng.integers(0, 7, n)) if keyed else None
+    windows, aggs = [10, 5_000, 10**9], STREAMED
+
+    one = ops.rolling(ts, values, windows, aggs, keys=keys)
+    monkeypatch.setattr(_native, "_parts", lambda rows: parts)
+    split = ops.rolling(ts, values, windows, aggs, keys=keys)
+    for name in one.column_names:
+        a = np.asarray(one[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+        b = np.asarray(split[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=name)

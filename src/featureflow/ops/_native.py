@@ -14,6 +14,9 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import json
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Final
@@ -109,15 +112,35 @@ def _column_words(columns: list[OutputColumn]) -> list[int]:
     return words
 
 
+META_WORDS = 16
+PARALLEL_MIN_ROWS = 200_000
+"""Below this many rows one thread does a rolling call (threads cost ~0.1 ms)."""
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
 def _rolling_scratch_bytes(n: int, ngroups: int, nwin: int) -> int:
     """Scratch for the rolling kernel (``rolling_scratch_bytes`` in kernels.mojo).
 
     It comes from the Arrow memory pool: its pages stay mapped between calls,
     so a repeated call does not pay the page faults of fresh memory again.
     """
-    del nwin  # one level-byte buffer serves every window
     npad = (n + 7) // 8 * 8
-    return 8 * (2 * ngroups + 2) + 8 * 5 * n + npad + 64 * 8
+    return 8 * META_WORDS + 8 * (2 * ngroups + 2) + 8 * 3 * n + npad * nwin + 64 * 8
+
+
+def _parts(n: int) -> int:
+    """How many threads share a rolling call: the cores, for large inputs."""
+    return min(2, os.cpu_count() or 1) if n >= PARALLEL_MIN_ROWS else 1
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool for the parts the calling thread does not run itself."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(workers, thread_name_prefix="featureflow-ops")
+        return _executor
 
 
 class NativeBackend:
@@ -128,10 +151,10 @@ class NativeBackend:
     def __init__(self, module: ModuleType) -> None:
         self._kernels = module
 
-    def _call(self, kernel: str, words: list[int]) -> int:
-        desc = np.array(words, dtype=np.int64)
+    def _call(self, kernel: str, words: list[int] | np.ndarray, *extra: int) -> int:
+        desc = words if isinstance(words, np.ndarray) else np.array(words, dtype=np.int64)
         try:
-            return int(getattr(self._kernels, kernel)(desc.ctypes.data))
+            return int(getattr(self._kernels, kernel)(desc.ctypes.data, *extra))
         except Exception as exc:  # the extension raises plain Exception
             text = str(exc)
             if text.startswith("ValueError: "):
@@ -169,7 +192,24 @@ class NativeBackend:
     ) -> None:
         scratch = pa.allocate_buffer(_rolling_scratch_bytes(s.n, s.ngroups, len(windows)))
         words = [*_header(s), len(windows), hop or 0, len(aggs), scratch.address, scratch.size]
-        self._call("rolling", words + windows + _column_words(columns))
+        desc = np.array(words + windows + _column_words(columns), dtype=np.int64)
+        maxrun = self._call("rolling_prepare", desc)
+        if s.n == 0 or maxrun < 0:  # nothing to do, or done on the count_distinct path
+            return
+        parts = _parts(s.n)
+        deques = [pa.allocate_buffer(16 * max(maxrun, 1)) for _ in range(parts)]
+        if parts == 1:
+            self._call("rolling_part", desc, 0, 1, deques[0].address)
+        else:  # the kernel releases the GIL: part 0 here, the others on the pool
+            pool = _pool(parts - 1)
+            others = [
+                pool.submit(self._call, "rolling_part", desc, i, parts, deques[i].address)
+                for i in range(1, parts)
+            ]
+            self._call("rolling_part", desc, 0, parts, deques[0].address)
+            for f in others:
+                f.result()
+        self._call("rolling_finish", desc)
 
     def hopping(
         self,

@@ -120,7 +120,19 @@ def frame_aggregates(
         a1 = s1[hi] - s1[lo]
         a2 = s2[hi] - s2[lo]
         n = np.maximum(cnt, 2).astype(np.float64)
-        var = np.maximum((a2 - a1 * a1 / n) / (n - 1.0), 0.0)
+        m2 = a2 - a1 * a1 / n
+        # differences of large prefix sums lose ~eps * |prefix| absolutely: frames
+        # whose result could be off by more than ~1e-10 relative are recomputed
+        # directly (two-pass); typically there are none or a few
+        eps = np.finfo(np.float64).eps
+        s1_mag = np.maximum(np.abs(s1[hi]), np.abs(s1[lo]))
+        s2_mag = np.maximum(np.abs(s2[hi]), np.abs(s2[lo]))
+        err = 4 * eps * (s2_mag + 2 * np.abs(a1) * s1_mag / n)
+        for i in np.flatnonzero((cnt > 1) & (err > 1e-10 * np.abs(m2))):
+            w = v[lo[i] : hi[i]]
+            w = w[~np.isnan(w)]
+            m2[i] = np.sum((w - w.mean()) ** 2)
+        var = np.maximum(m2 / (n - 1.0), 0.0)
         out["var"] = (var, cnt > 1)
         out["std"] = (np.sqrt(var), cnt > 1)
     if "min" in aggs:
