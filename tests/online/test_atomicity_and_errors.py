@@ -141,3 +141,27 @@ def test_redis_key_ttl_is_applied_like_feast(tmp_path: Path, redis_url: str) -> 
     write(store, VIEW, _table(range(2), 1_000, 1.0))
     client = redis_client(store)
     assert all(0 < client.ttl(key) <= 600 for key in client.scan_iter())
+
+
+def test_redis_concurrent_newer_write_is_not_overwritten(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: another writer stores a newer event for entity 1 between our
+    read of the timestamps and our EXEC; WATCH makes us re-decide, so it survives."""
+    import featureflow.online.redis as redis_writer
+
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    real_decode = redis_writer.decode_timestamps
+    calls: list[int] = []
+
+    def decode_then_race(stored):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:  # the concurrent writer, on its own connection
+            write(store, VIEW, _table(range(1, 2), 9_000, 9.0))
+        return real_decode(stored)
+
+    monkeypatch.setattr(redis_writer, "decode_timestamps", decode_then_race)
+    stats = write(store, VIEW, _table(range(3), 5_000, 5.0))
+    assert len(calls) == 3  # our first decision, the racing write's, our retry
+    assert (stats.written, stats.skipped) == (2, 1)
+    assert read(store, [0, 1, 2], ["amount"])["amount"] == [5.0, 9.0, 5.0]

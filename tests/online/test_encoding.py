@@ -105,3 +105,19 @@ def test_arrow_types_agree_with_the_schema_gate() -> None:
         if schema_type is not None:  # the gate has no Bytes
             assert typemap.arrow_matches(E.arrow_type(dtype.to_value_type()), schema_type) or (
                 pa.types.is_timestamp(typemap.to_arrow(schema_type)))
+
+
+@given(st.lists(st.one_of(st.none(), st.integers(-62_135_596_800 * 10**6,
+                                                  253_402_300_799 * 10**6)), max_size=30))
+def test_decode_timestamps_reads_protobufs(micros: list[int | None]) -> None:
+    from featureflow.online.redis import decode_timestamps
+
+    blobs = []
+    for us in micros:
+        ts = Timestamp()
+        if us is not None:
+            ts.FromMicroseconds(us)
+        blobs.append(ts.SerializeToString() if us is not None else b"")
+    seconds, nanos = decode_timestamps(B.from_arrow(pa.array(blobs, pa.binary())))
+    expected = [divmod(us, 1_000_000) if us is not None else (0, 0) for us in micros]
+    assert list(zip(seconds.tolist(), (nanos // 1_000).tolist(), strict=True)) == expected

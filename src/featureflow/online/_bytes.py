@@ -250,3 +250,9 @@ def mask_rows(packed: Packed, keep: npt.NDArray[np.bool_]) -> Packed:
     np.cumsum(new_lengths, out=offsets[1:])
     return Packed(data[np.repeat(keep, lengths)], offsets)
 
+
+
+def select_rows(packed: Packed, keep: npt.NDArray[np.bool_]) -> bytes:
+    """The bytes of the rows where ``keep`` is true, back to back."""
+    start, stop = int(packed.offsets[0]), int(packed.offsets[-1])
+    return packed.data[start:stop][np.repeat(keep, packed.lengths())].tobytes()
