@@ -2,7 +2,7 @@
 
 ``write(store, view, table)`` serialises a whole Arrow batch at once (entity
 keys, ``ValueProto`` values, timestamps) and writes it to SQLite in one
-transaction or to Redis in one pipeline of check-and-set scripts, so Feast's
+transaction or to Redis in WATCH/MULTI/EXEC chunks of plain HSETs, so Feast's
 ``get_online_features`` reads the rows back unchanged. Older rows never
 replace newer ones. Other stores fall back to Feast's own writer.
 

@@ -66,8 +66,10 @@ def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
     Feast's, so ``store.get_online_features`` reads them back.
 
     SQLite: one transaction, all or nothing. Redis (``redis_type: redis``): each
-    entity is written whole or not at all. Any other store, or a view with types
-    featureflow does not encode, goes to Feast's ``write_to_online_store``
+    chunk of ``featureflow.online.redis.CHUNK`` entities is applied whole or not
+    at all (MULTI/EXEC), so every entity is all old or all new. Any other store,
+    or a view with types featureflow does not encode, goes to Feast's
+    ``write_to_online_store``
     (logged; Feast's writer does not keep the newer value on SQLite).
 
     Raises:
