@@ -37,6 +37,27 @@ def _run(command: list[str], timeout: int = 420) -> subprocess.CompletedProcess[
     )
 
 
+def _consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, dict[str, str]]]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    received: list[tuple[bytes, dict[str, str]]] = []
+    try:
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                headers = {k: v.decode() for k, v in message.headers() or []}
+                received.append((message.value(), headers))
+            if len(received) >= count:
+                break
+    finally:
+        consumer.close()
+    return received
+
+
 def _point_repo_at(repo: Path, topic: str) -> None:
     definitions = repo / "features.py"
     text = definitions.read_text()
@@ -78,6 +99,16 @@ def test_job_writes_online_features_equal_to_duckdb(
         pattern = rf"skipped record {topic}\[{bad_partition}\]@{offset}: field '\w+': {reason}"
         assert re.search(pattern, log), pattern
     assert re.search(rf"{len(events)} events, {len(BAD_RECORDS)} skipped", log), log[-3000:]
+    # ... and lands, untouched, in the dead-letter topic with the reason in its headers.
+    letters = _consume(kafka_bootstrap, f"{topic}.dlq", len(BAD_RECORDS))
+    assert sorted(value for value, _ in letters) == sorted(BAD_RECORDS)
+    for value, headers in letters:
+        offset = bad_offsets[BAD_RECORDS.index(value)]
+        assert headers["featureflow.topic"] == topic
+        assert headers["featureflow.partition"] == str(bad_partition)
+        assert headers["featureflow.offset"] == str(offset)
+        assert headers["featureflow.field"] in {"value", "user_id", "event_timestamp"}
+        assert headers["featureflow.reason"]
 
     from feast import FeatureStore
 

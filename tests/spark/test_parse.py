@@ -48,8 +48,10 @@ CASES: list[tuple[bytes | None, str | None, str | None, int | None]] = [
 
 
 def _records(spark, values):  # type: ignore[no-untyped-def]
-    rows = [(value, "t", 0, offset) for offset, value in enumerate(values)]
-    return spark.createDataFrame(rows, "value binary, topic string, partition int, offset long")
+    rows = [(b"k", value, "t", 0, offset) for offset, value in enumerate(values)]
+    return spark.createDataFrame(
+        rows, "key binary, value binary, topic string, partition int, offset long"
+    )
 
 
 def test_each_bad_record_names_its_field_and_reason(spark) -> None:  # type: ignore[no-untyped-def]
@@ -103,3 +105,31 @@ def test_every_record_is_either_an_event_or_has_a_reason(spark, values) -> None:
             assert row[ERROR_FIELD] is None
         else:
             assert row[ERROR_FIELD] in {"value", "user_id", "event_timestamp", "amount", "merchant"}
+
+
+def test_dead_letters_keep_the_bytes_and_say_why(spark) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.sql import functions as F
+
+    from featureflow.spark.dead_letter import dead_letter_topic, dead_letters
+
+    assert dead_letter_topic("transactions") == "transactions.dlq"
+    parsed = parse_events(_records(spark, [case[0] for case in CASES]), SPEC)
+    letters = dead_letters(parsed.filter(F.col(ERROR_REASON).isNotNull())).collect()
+    bad_cases = [case for case in CASES if case[1] is not None]
+    assert len(letters) == len(bad_cases)
+    by_offset = {
+        int(dict((h["key"], h["value"]) for h in row["headers"])["featureflow.offset"]): row
+        for row in letters
+    }
+    for offset, (value, field, reason, _) in enumerate(CASES):
+        if field is None:
+            assert offset not in by_offset
+            continue
+        row = by_offset[offset]
+        headers = {h["key"]: bytes(h["value"]).decode() for h in row["headers"]}
+        assert row["value"] == (bytearray(value) if value is not None else None)
+        assert row["key"] == bytearray(b"k")
+        assert headers["featureflow.field"] == field
+        assert reason in headers["featureflow.reason"]
+        assert headers["featureflow.topic"] == "t"
+        assert headers["featureflow.partition"] == "0"

@@ -36,7 +36,8 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     Returns:
         Columns: the view's JSON fields (typed as its schema declares, the
         timestamp field as text), ``event_ts``, ``event_ns``, ``error_field``,
-        ``error_reason``, ``topic``, ``partition``, ``offset``, ``value`` (raw bytes).
+        ``error_reason``, ``topic``, ``partition``, ``offset``, ``key`` and ``value``
+        (the record's raw bytes).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import StructType
@@ -91,5 +92,6 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         error_field.alias(ERROR_FIELD),
         error_reason.alias(ERROR_REASON),
         *(F.col(name) for name in KAFKA_COLUMNS),
+        F.col("key"),
         F.col("value"),
     )

@@ -5,7 +5,8 @@ One Structured Streaming query per stream view. Each micro-batch
 logged with their Kafka coordinates and reason; good events are hash
 partitioned by entity and handed, as Arrow batches, to
 :class:`~featureflow.spark.online_sink.OnlineFeatureWriter` on the executors.
-Nothing but per-partition stats comes back to the driver.
+Nothing but per-partition stats comes back to the driver. Unusable records
+also go, untouched, to a dead-letter topic (:mod:`featureflow.spark.dead_letter`).
 
 Scope of this thin pipeline: the windows of an event cover the events of the
 same micro-batch; state carried across micro-batches comes with the stateful
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from featureflow.repo import StreamViewSpec
+from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.online_sink import STATS_SCHEMA, OnlineFeatureWriter
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
 
@@ -47,6 +49,7 @@ class StreamOptions:
     available_now: bool = False
     trigger_interval: str | None = None
     partitions: int | None = None
+    dead_letter_topic: str | None = None  # default: "<topic>.dlq"
     kafka_options: dict[str, str] = field(default_factory=dict)
 
 
@@ -68,6 +71,7 @@ class MicroBatchProcessor:
     spec: StreamViewSpec
     repo_path: str
     partitions: int
+    options: StreamOptions
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
 
@@ -87,6 +91,12 @@ class MicroBatchProcessor:
                     row[ERROR_FIELD], row[ERROR_REASON],
                 )  # fmt: skip
             if bad_count:
+                write_dead_letters(
+                    bad,
+                    self.options.bootstrap or self.spec.bootstrap_servers,
+                    self.options.dead_letter_topic or dead_letter_topic(self.spec.topic),
+                    self.options.kafka_options,
+                )
                 for row in bad_rows.groupBy(ERROR_REASON).count().collect():
                     reason = row[ERROR_REASON]
                     self.counters.bad_by_reason[reason] = (
@@ -143,7 +153,7 @@ def start_view_query(
 ) -> tuple[StreamingQuery, MicroBatchProcessor]:
     """Start the streaming query of one view; returns it with its batch processor (for counters)."""
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    processor = MicroBatchProcessor(spec, repo_path, partitions, feature_schema)
+    processor = MicroBatchProcessor(spec, repo_path, partitions, options, feature_schema)
     writer = (
         parse_events(read_kafka(spark, spec, options), spec)
         .writeStream.queryName(f"featureflow_{spec.name}")
