@@ -1095,40 +1095,27 @@ def read_plan(d: I64P) -> Plan:
     )
 
 
-def rolling_prepare(desc: PythonObject) raises -> PythonObject:
-    """Descriptor: header (see read_inputs), then nwin, hop (0: RANGE frame),
-    naggs, scratch addr, scratch bytes, nwin window lengths (ns), then
-    nwin * naggs columns (window-major). Frame of a row at time t: rows of its
-    key with lower <= ts <= t, where lower = t - W, or
-    floor((t - W) / hop) * hop with a hop.
+@fieldwise_init
+struct Grouped(Movable):
+    """Rows grouped by key in ts order (see `group_rows`); all in the scratch."""
 
-    Groups the rows (see the section comment) into the scratch and records the
-    layout there; `rolling_part` then computes the windows of its share of the
-    keys (of the rows, unkeyed) and `rolling_finish` packs the validity.
-    Returns the longest key's row count (each part needs 16 bytes per row of
-    it for deques), or -1 when count_distinct made it compute everything here
-    on the frame-by-frame path."""
-    var d = i64p(Int(py=desc))
-    var inp = read_inputs(d)
-    var nwin = Int(d[unsafe_offset=HEADER])
-    var hop = Int(d[unsafe_offset=HEADER + 1])
-    var naggs = Int(d[unsafe_offset=HEADER + 2])
-    var scratch_addr = Int(d[unsafe_offset=HEADER + 3])
-    var scratch_size = Int(d[unsafe_offset=HEADER + 4])
-    var wat = HEADER + 5
+    var starts: I64P
+    var perm: I64P
+    var sts: I64P
+    var sv: F64P
+    var has_perm: Bool
+    var maxrun: Int
+
+
+def group_rows(inp: Inputs, mut bump: Bump) raises -> Grouped:
+    """Key k's rows at sorted positions [starts[k], starts[k + 1]) in ts order
+    (ties in input order): their ts (sts), float64 values with NaN for null
+    (sv) and input rows (perm). Unkeyed input in ts order is used in place
+    (has_perm False: position = row; sv converted only when not float64
+    without nulls). Needs 8 * (2 * keys + 2) + 24 * n bytes (+ alignment)."""
     var n = inp.n
-    if n == 0:
-        return PythonObject(0)
-    var cols = read_columns(d, wat + nwin, nwin * naggs)
-    if not stream_supported(cols):
-        _ = rolling_generic(inp, nwin, hop, naggs, d.unsafe_offset(wat), cols)
-        return PythonObject(-1)
     var keyed = inp.codes != 0
     var g = inp.ngroups if keyed else 1
-    if scratch_size < rolling_scratch_bytes(n, g, nwin):
-        raise Error("ValueError: internal: kernel scratch buffer too small")
-    var bump = Bump(scratch_addr, scratch_size)
-    var meta = i64p(bump.take(8 * META))
     var ts = inp.ts
     var starts = i64p(bump.take(8 * (g + 1)))
     var sts = ts
@@ -1205,6 +1192,50 @@ def rolling_prepare(desc: PythonObject) raises -> PythonObject:
             msort.value().unsafe_free()
     else:
         maxrun = n
+    return Grouped(starts, perm, sts, sv, has_perm, maxrun)
+
+
+def rolling_prepare(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: header (see read_inputs), then nwin, hop (0: RANGE frame),
+    naggs, scratch addr, scratch bytes, nwin window lengths (ns), then
+    nwin * naggs columns (window-major). Frame of a row at time t: rows of its
+    key with lower <= ts <= t, where lower = t - W, or
+    floor((t - W) / hop) * hop with a hop.
+
+    Groups the rows (see the section comment) into the scratch and records the
+    layout there; `rolling_part` then computes the windows of its share of the
+    keys (of the rows, unkeyed) and `rolling_finish` packs the validity.
+    Returns the longest key's row count (each part needs 16 bytes per row of
+    it for deques), or -1 when count_distinct made it compute everything here
+    on the frame-by-frame path."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var hop = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var scratch_addr = Int(d[unsafe_offset=HEADER + 3])
+    var scratch_size = Int(d[unsafe_offset=HEADER + 4])
+    var wat = HEADER + 5
+    var n = inp.n
+    if n == 0:
+        return PythonObject(0)
+    var cols = read_columns(d, wat + nwin, nwin * naggs)
+    if not stream_supported(cols):
+        _ = rolling_generic(inp, nwin, hop, naggs, d.unsafe_offset(wat), cols)
+        return PythonObject(-1)
+    var keyed = inp.codes != 0
+    var g = inp.ngroups if keyed else 1
+    if scratch_size < rolling_scratch_bytes(n, g, nwin):
+        raise Error("ValueError: internal: kernel scratch buffer too small")
+    var bump = Bump(scratch_addr, scratch_size)
+    var meta = i64p(bump.take(8 * META))
+    var gr = group_rows(inp, bump)
+    var starts = gr.starts
+    var perm = gr.perm
+    var sts = gr.sts
+    var sv = gr.sv
+    var has_perm = gr.has_perm
+    var maxrun = gr.maxrun
     var npad = (n + 7) // 8 * 8
     var lev = u8p(bump.take(npad * nwin))
     for w in range(nwin):
@@ -1388,7 +1419,7 @@ def hopping(desc: PythonObject) raises -> PythonObject:
 # ---------------------------------------------------------------------------
 
 
-def sessions(desc: PythonObject) raises -> PythonObject:
+def sessions_generic(desc: PythonObject) raises -> PythonObject:
     """Descriptor: header, gap (ns; 0 with per-row gaps), per-row gap addr
     (int64 ns, 0: none), naggs, out key codes (int32), out session starts,
     out session ends (int64 ns), then naggs columns (capacity n).
@@ -1437,6 +1468,134 @@ def sessions(desc: PythonObject) raises -> PythonObject:
             out_start[unsafe_offset=m] = Int64(t0)
             out_end[unsafe_offset=m] = Int64(end)
             m += 1
+    return PythonObject(m)
+
+
+def sessions_scratch_bytes(n: Int, ngroups: Int) -> Int:
+    """Scratch the caller must pass to `sessions` (mirrored in _native.py)."""
+    return 8 * (2 * ngroups + 2) + 8 * 3 * n + (n + 7) // 8 * 8 + 64 * 8
+
+
+def sessions(desc: PythonObject) raises -> PythonObject:
+    """Descriptor: header, gap (ns; 0 with per-row gaps), per-row gap addr
+    (int64 ns, 0: none), naggs, out key codes (int32), out session starts,
+    out session ends (int64 ns), then naggs columns (capacity n), then the
+    scratch addr and bytes. Spark's session_window: a key's rows in ts order;
+    a row joins the open session when ts <= its end (the max of ts + gap over
+    its rows), else it opens a new one. Rows with a per-row gap must have
+    gap > 0 (the caller drops the others). Returns the number of sessions.
+
+    Sessions are disjoint, so each is aggregated directly over its contiguous
+    rows (var/std two-pass around the compensated mean); outputs are written
+    in order. count_distinct takes the frame-by-frame path."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var gap = Int(d[unsafe_offset=HEADER])
+    var gap_addr = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var out_code = I32P(unsafe_from_address=Int(d[unsafe_offset=HEADER + 3]))
+    var out_start = i64p(Int(d[unsafe_offset=HEADER + 4]))
+    var out_end = i64p(Int(d[unsafe_offset=HEADER + 5]))
+    var cols = read_columns(d, HEADER + 6, naggs)
+    var n = inp.n
+    if n == 0:
+        return PythonObject(0)
+    if not stream_supported(cols):
+        return sessions_generic(desc)
+    var g = inp.ngroups if inp.codes != 0 else 1
+    var scratch_addr = Int(d[unsafe_offset=HEADER + 6 + 4 * naggs])
+    var scratch_size = Int(d[unsafe_offset=HEADER + 7 + 4 * naggs])
+    if scratch_size < sessions_scratch_bytes(n, g):
+        raise Error("ValueError: internal: kernel scratch buffer too small")
+    var bump = Bump(scratch_addr, scratch_size)
+    var gr = group_rows(inp, bump)
+    var npad = (n + 7) // 8 * 8
+    var lev = u8p(bump.take(npad))
+    var o = outs_for(cols, 0, naggs, Int(lev))
+    var need_sq = o.std != 0 or o.var_ != 0
+    var sts = gr.sts
+    var sv = gr.sv
+    var gaps = i64p(gap_addr if gap_addr != 0 else Int(inp.ts))
+    var m = 0
+    for k in range(g):
+        var a = Int(gr.starts[unsafe_offset=k])
+        var b = Int(gr.starts[unsafe_offset=k + 1])
+        var p = a
+        while p < b:
+            var first = p
+            var t0 = Int(sts[unsafe_offset=p])
+            var row = Int(gr.perm[unsafe_offset=p]) if gr.has_perm else p
+            var end = t0 + (gap if gap_addr == 0 else Int(gaps[unsafe_offset=row]))
+            p += 1
+            while p < b and Int(sts[unsafe_offset=p]) <= end:
+                if gap_addr == 0:
+                    end = max(end, Int(sts[unsafe_offset=p]) + gap)
+                else:
+                    row = Int(gr.perm[unsafe_offset=p]) if gr.has_perm else p
+                    end = max(end, Int(sts[unsafe_offset=p]) + Int(gaps[unsafe_offset=row]))
+                p += 1
+            # aggregate the session's rows [first, p)
+            var count = 0
+            var sm = 0.0
+            var sc = 0.0
+            var mn = 0.0
+            var mx = 0.0
+            var fv = 0.0
+            var lv = 0.0
+            for q in range(first, p):
+                var v = sv[unsafe_offset=q]
+                if isnan(v):
+                    continue
+                if count == 0:
+                    mn = v
+                    mx = v
+                    fv = v
+                else:
+                    mn = min(mn, v)
+                    mx = max(mx, v)
+                lv = v
+                count += 1
+                Sliding.kadd(sm, sc, v)
+            var total = sm + sc
+            var mean = total / Float64(count) if count > 0 else 0.0
+            var var_ = 0.0
+            if need_sq and count > 1:
+                var m2 = 0.0
+                var m2c = 0.0
+                for q in range(first, p):
+                    var v = sv[unsafe_offset=q]
+                    if not isnan(v):
+                        var dv = v - mean
+                        Sliding.kadd(m2, m2c, dv * dv)
+                var_ = (m2 + m2c) / Float64(count - 1)
+            out_code[unsafe_offset=m] = Int32(k)
+            out_start[unsafe_offset=m] = Int64(t0)
+            out_end[unsafe_offset=m] = Int64(end)
+            if o.count != 0:
+                i64p(o.count)[unsafe_offset=m] = Int64(count)
+            if o.sum != 0:
+                f64p(o.sum)[unsafe_offset=m] = total if count > 0 else 0.0
+            if o.mean != 0:
+                f64p(o.mean)[unsafe_offset=m] = mean
+            if o.min != 0:
+                put(o.min, o.min_dt, m, mn)
+            if o.max != 0:
+                put(o.max, o.max_dt, m, mx)
+            if o.var_ != 0:
+                f64p(o.var_)[unsafe_offset=m] = var_
+            if o.std != 0:
+                f64p(o.std)[unsafe_offset=m] = sqrt(var_)
+            if o.first != 0:
+                put(o.first, o.first_dt, m, fv)
+            if o.last != 0:
+                put(o.last, o.last_dt, m, lv)
+            lev[unsafe_offset=m] = UInt8(min(count, 2))
+            m += 1
+    for i in range(m, (m + 7) // 8 * 8):
+        lev[unsafe_offset=i] = 0
+    for ref c in cols:
+        if c.valid != 0:
+            pack_levels(lev, m, c.agg == A_STD or c.agg == A_VAR, u8p(c.valid))
     return PythonObject(m)
 
 

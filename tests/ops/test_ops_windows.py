@@ -80,6 +80,26 @@ def test_sessions_match_duckdb(data: Rows, gap: int, dynamic: bool) -> None:
         assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
 
 
+@settings(max_examples=40, deadline=None)
+@given(data=rows(), gap=st.sampled_from([1, 3, 50, 10**5]), dynamic=st.booleans())
+def test_sessions_without_count_distinct_match_duckdb(data: Rows, gap: int, dynamic: bool) -> None:
+    """Without count_distinct the kernel aggregates each session directly."""
+    aggs = [a for a in ALL if a != "count_distinct"]
+    n = len(data.ts)
+    gaps = np.random.default_rng(n).integers(-2, 2 * gap, n) if dynamic else np.full(n, gap)
+    arg = pa.array(gaps) if dynamic else gap
+    table = ops.sessions(data.ts, data.values, arg, aggs, keys=data.keys)
+    expected = oracle.sessions(data.ts, data.values, gaps, aggs, data.keys)
+    assert table.num_rows == expected.num_rows
+    assert _bounds(table, "session_start", "session_end") == list(
+        zip(expected["s"].to_pylist(), expected["e"].to_pylist(), strict=True)
+    )
+    if data.keys is not None:
+        assert _keys(table) == expected["k"].to_pylist()
+    for agg in aggs:
+        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+
+
 def test_empty_inputs_have_the_schema() -> None:
     empty_ts = np.array([], dtype=np.int64)
     hop = ops.hopping(

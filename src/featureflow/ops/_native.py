@@ -129,6 +129,11 @@ def _rolling_scratch_bytes(n: int, ngroups: int, nwin: int) -> int:
     return 8 * META_WORDS + 8 * (2 * ngroups + 2) + 8 * 3 * n + npad * nwin + 64 * 8
 
 
+def _sessions_scratch_bytes(n: int, ngroups: int) -> int:
+    """Scratch for the sessions kernel (``sessions_scratch_bytes`` in kernels.mojo)."""
+    return 8 * (2 * ngroups + 2) + 8 * 3 * n + (n + 7) // 8 * 8 + 64 * 8
+
+
 def _parts(n: int) -> int:
     """How many threads share a rolling call: the cores, for large inputs."""
     return min(2, os.cpu_count() or 1) if n >= PARALLEL_MIN_ROWS else 1
@@ -234,5 +239,7 @@ class NativeBackend:
         columns: list[OutputColumn],
     ) -> int:
         gaps_addr = 0 if gaps is None else int(gaps.ctypes.data)
+        scratch = pa.allocate_buffer(_sessions_scratch_bytes(s.n, s.ngroups))
         words = [*_header(s), 0 if gaps is not None else gap, gaps_addr, len(aggs)]
-        return self._call("sessions", words + bounds.words() + _column_words(columns))
+        words += bounds.words() + _column_words(columns) + [scratch.address, scratch.size]
+        return self._call("sessions", words)
