@@ -17,7 +17,7 @@ import pytest
 from duckdb_oracle import END_NS, FEATURE_NAMES, events_table, latest_features
 
 from featureflow.events import sample
-from featureflow.infra import kafka_client
+from featureflow.infra import kafka_broker, kafka_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,6 +65,44 @@ def _point_repo_at(repo: Path, topic: str) -> None:
     definitions.write_text(text.replace('topic="transactions"', f'topic="{topic}"'))
 
 
+def _apply(repo: Path, topic: str) -> None:
+    _point_repo_at(repo, topic)
+    applied = _run([str(BIN / "featureflow"), "apply", "--repo", str(repo),
+                    "--schemas", str(REPO_ROOT / "schemas")])  # fmt: skip
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+
+
+def _run_job(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> str:
+    job = _run(
+        [str(BIN / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "jobs" / "realtime.py"),
+         "--repo", str(repo), "--schemas", str(REPO_ROOT / "schemas"),
+         "--bootstrap", bootstrap, "--checkpoint", str(checkpoint), "--available-now", *extra]
+    )  # fmt: skip
+    log = job.stdout + job.stderr
+    assert job.returncode == 0, log[-5000:]
+    assert "kernels: mojo" in log
+    return log
+
+
+def _assert_online_equals(repo: Path, expected: dict[int, dict[str, float | None]]) -> None:
+    from feast import FeatureStore
+
+    names = list(FEATURE_NAMES)
+    store = FeatureStore(repo_path=str(repo))
+    online = store.get_online_features(
+        features=[f"user_txn_stats:{name}" for name in names],
+        entity_rows=[{"user_id": int(user)} for user in expected],
+    ).to_dict()
+    assert online["user_id"] == list(expected)
+    for row, user in enumerate(online["user_id"]):
+        for name in names:
+            want, got = expected[user][name], online[name][row]
+            if want is None:
+                assert got is None, (user, name)
+            else:
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (user, name, got, want)
+
+
 def test_job_writes_online_features_equal_to_duckdb(
     kafka_bootstrap: str, topic: str, feature_repo_copy: Path, tmp_path: Path
 ) -> None:
@@ -76,20 +114,8 @@ def test_job_writes_online_features_equal_to_duckdb(
     (bad_partition,) = [p for p in after if after[p] != before[p]]
     bad_offsets = range(before[bad_partition], after[bad_partition])
 
-    _point_repo_at(feature_repo_copy, topic)
-    applied = _run([str(BIN / "featureflow"), "apply", "--repo", str(feature_repo_copy),
-                    "--schemas", str(REPO_ROOT / "schemas")])  # fmt: skip
-    assert applied.returncode == 0, applied.stdout + applied.stderr
-
-    job = _run(
-        [str(BIN / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "jobs" / "realtime.py"),
-         "--repo", str(feature_repo_copy), "--schemas", str(REPO_ROOT / "schemas"),
-         "--bootstrap", kafka_bootstrap, "--checkpoint", str(tmp_path / "checkpoint"),
-         "--available-now"]
-    )  # fmt: skip
-    log = job.stdout + job.stderr
-    assert job.returncode == 0, log[-5000:]
-    assert "kernels: mojo" in log
+    _apply(feature_repo_copy, topic)
+    log = _run_job(feature_repo_copy, kafka_bootstrap, tmp_path / "checkpoint")
     # Bad input is counted and skipped, each with a log line naming its offset.
     for offset, reason in zip(
         bad_offsets,
@@ -110,20 +136,45 @@ def test_job_writes_online_features_equal_to_duckdb(
         assert headers["featureflow.field"] in {"value", "user_id", "event_timestamp"}
         assert headers["featureflow.reason"]
 
-    from feast import FeatureStore
+    _assert_online_equals(feature_repo_copy, latest_features(events_table(events)))
 
-    expected = latest_features(events_table(events))
-    names = list(FEATURE_NAMES)
-    store = FeatureStore(repo_path=str(feature_repo_copy))
-    online = store.get_online_features(
-        features=[f"user_txn_stats:{name}" for name in names],
-        entity_rows=[{"user_id": int(user)} for user in expected],
-    ).to_dict()
-    assert online["user_id"] == list(expected)
-    for row, user in enumerate(online["user_id"]):
-        for name in names:
-            want, got = expected[user][name], online[name][row]
-            if want is None:
-                assert got is None, (user, name)
-            else:
-                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (user, name, got, want)
+
+def test_windows_span_micro_batches_restarts_and_drop_late_events(
+    kafka_bootstrap: str, feature_repo_copy: Path, tmp_path: Path
+) -> None:
+    # One partition, so micro-batches follow event time exactly (no cross-partition skew).
+    topic = f"test-multi-{tmp_path.name[-8:]}"
+    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=1)
+    on_time = sample.generate(
+        3000, users=40, seed=5, end_ns=END_NS, span_s=4 * 3600, out_of_order_share=0.0
+    )
+    records = list(sample.to_json(on_time))
+    _apply(feature_repo_copy, topic)
+    checkpoint = tmp_path / "checkpoint"
+
+    kafka_client.produce(kafka_bootstrap, topic, records[:2000])
+    first = _run_job(
+        feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400"
+    )
+    assert len(re.findall(r"view user_txn_stats batch \d+:", first)) >= 5
+
+    # Late events: 3 h behind everything accepted so far (the watermark delay is 5 min).
+    late = [
+        (
+            b"1",
+            b'{"user_id": 1, "amount": 1000.0, "event_timestamp": %d}'
+            % ((END_NS - 3 * 3600 * 10**9) // 10**6 + i),
+        )
+        for i in range(4)
+    ]
+    kafka_client.produce(kafka_bootstrap, topic, late + records[2000:])
+    second = _run_job(
+        feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400"
+    )
+    assert second.count("later than the watermark") >= 4
+    letters = _consume(kafka_bootstrap, f"{topic}.dlq", len(late))
+    assert sorted(value for value, _ in letters) == sorted(value for _, value in late)
+    assert {headers["featureflow.reason"] for _, headers in letters} == {"later than the watermark"}
+
+    # The restart continued the windows from the state: equal to one pass over all on-time events.
+    _assert_online_equals(feature_repo_copy, latest_features(events_table(on_time)))

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from featureflow import features, ops
 from featureflow.repo import StreamViewSpec
 from featureflow.spark.parse import EVENT_NS
+from featureflow.spark.state import StateStore
 
 if TYPE_CHECKING:
     from feast import FeatureStore
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATS_SCHEMA = "rows long, entities long, backend string"
+STATS_SCHEMA = "rows long, entities long, state_rows long, backend string"
 """Spark DDL of what each partition reports back to the driver."""
 
 _stores: dict[str, FeatureStore] = {}
@@ -43,13 +45,19 @@ def _store(repo_path: str) -> FeatureStore:
     return _stores[repo_path]
 
 
-def online_rows(events: pa.Table, spec: StreamViewSpec) -> pa.Table:
+def online_rows(
+    events: pa.Table, spec: StreamViewSpec, entities: pa.ChunkedArray | None = None
+) -> pa.Table:
     """The online-store rows of a set of events: per entity, its features as of its latest event.
+
+    With ``entities``, only the rows of those entities (the ones new events touched).
 
     Columns: the join key, the view's timestamp field (timestamp[us, UTC], the
     precision Feast stores), the features.
     """
     latest = features.latest_per_entity(features.event_features(events, spec), spec.join_key)
+    if entities is not None:
+        latest = latest.filter(pc.is_in(latest.column(spec.join_key), pc.unique(entities)))
     # Event times arrive with millisecond precision: truncating ns to us loses nothing.
     stamps = (
         latest.column(EVENT_NS)
@@ -68,27 +76,52 @@ def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> N
 
 @dataclass(frozen=True)
 class OnlineFeatureWriter:
-    """``mapInArrow`` function: compute and write one partition's features; yield its stats.
+    """``mapInArrow`` function of batch ``batch_id``: one partition's features -> online store.
 
-    With a ``feature_schema`` (the view's ``.mojo`` schema) every batch's Arrow
-    schema passes the schema gate before anything is written.
+    The partition's events from earlier batches (its ``state``) and the new
+    ones are computed together, so windows span micro-batches; the entities
+    of the new events get their features as of their latest event. Afterwards
+    the state keeps the events at or after ``keep_from_ns`` (the oldest that a
+    frame of a future on-time event can reach). With a ``feature_schema`` every
+    batch's Arrow schema passes the schema gate before anything is written.
     """
 
     spec: StreamViewSpec
     repo_path: str
+    batch_id: int
+    state: StateStore
+    keep_from_ns: int
     feature_schema: FeatureSchema | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
         received = [batch for batch in batches if batch.num_rows]
         if not received:
-            return
-        events = pa.Table.from_batches(received)
-        rows = online_rows(events, self.spec)
+            return  # nothing new: the newest state version stays valid
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        partition = context.partitionId()
+        new_events = pa.Table.from_batches(received)
+        prior = self.state.load_events(partition, before_batch=self.batch_id)
+        events = (
+            new_events
+            if prior is None
+            else pa.concat_tables([prior, new_events.cast(prior.schema)])
+        )
+        rows = online_rows(events, self.spec, entities=new_events.column(self.spec.join_key))
         if self.feature_schema is not None:
             from featureflow.schema import check_batch
 
             check_batch(rows.schema, self.feature_schema)
         write_online(_store(str(Path(self.repo_path))), self.spec, rows)
+        kept = events.filter(pc.greater_equal(events.column(EVENT_NS), self.keep_from_ns))
+        self.state.save_events(partition, self.batch_id, kept)
         yield pa.RecordBatch.from_pydict(
-            {"rows": [events.num_rows], "entities": [rows.num_rows], "backend": [ops.backend()]}
+            {
+                "rows": [new_events.num_rows],
+                "entities": [rows.num_rows],
+                "state_rows": [kept.num_rows],
+                "backend": [ops.backend()],
+            }
         )

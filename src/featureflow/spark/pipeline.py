@@ -8,10 +8,12 @@ partitioned by entity and handed, as Arrow batches, to
 Nothing but per-partition stats comes back to the driver. Unusable records
 also go, untouched, to a dead-letter topic (:mod:`featureflow.spark.dead_letter`).
 
-Scope of this thin pipeline: the windows of an event cover the events of the
-same micro-batch; state carried across micro-batches comes with the stateful
-job. With ``available_now`` and no ``max_offsets_per_trigger`` the whole
-topic is one micro-batch.
+Windows span micro-batches: each partition's recent events are kept as
+versioned state next to the checkpoint (:mod:`featureflow.spark.state`), so a
+restart neither loses nor double-counts events. Events older than the
+watermark (largest event time of earlier batches minus the source's
+``watermark_delay_threshold``) are dead letters with reason "later than the
+watermark".
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from featureflow.repo import StreamViewSpec
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.online_sink import STATS_SCHEMA, OnlineFeatureWriter
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
+from featureflow.spark.state import StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,6 +36,8 @@ if TYPE_CHECKING:
     from featureflow.schema import FeatureSchema
 
 log = logging.getLogger("featureflow.job")
+
+LATE_REASON = "later than the watermark"
 
 MAX_LOGGED_BAD_RECORDS = 20
 """Bad records logged one by one per micro-batch; the rest are only counted."""
@@ -72,6 +77,7 @@ class MicroBatchProcessor:
     repo_path: str
     partitions: int
     options: StreamOptions
+    state: StateStore
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
 
@@ -79,6 +85,9 @@ class MicroBatchProcessor:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
+        seen_max_ns = self.state.load_max_event_ns(before_batch=batch_id)
+        if seen_max_ns is not None and self.spec.watermark_ns > 0:
+            batch = mark_late(batch, seen_max_ns - self.spec.watermark_ns, self.spec)
         batch = batch.persist()
         try:
             bad = batch.filter(F.col(ERROR_REASON).isNotNull())
@@ -105,27 +114,57 @@ class MicroBatchProcessor:
             good = batch.filter(F.col(ERROR_REASON).isNull()).select(
                 self.spec.join_key, EVENT_NS, *self.spec.value_columns
             )
-            writer = OnlineFeatureWriter(self.spec, self.repo_path, self.feature_schema)
+            batch_max_ns = good.agg(F.max(EVENT_NS).alias("max_ns")).collect()[0]["max_ns"]
+            if batch_max_ns is not None:
+                seen_max_ns = max(batch_max_ns, seen_max_ns or batch_max_ns)
+            # Events older than this can't fall in the frame of a future on-time event.
+            keep_from_ns = (
+                seen_max_ns - self.spec.watermark_ns - max(self.spec.windows_ns)
+                if seen_max_ns is not None
+                else 0
+            )
+            writer = OnlineFeatureWriter(
+                self.spec, self.repo_path, batch_id, self.state, keep_from_ns, self.feature_schema
+            )
             stats = (
                 good.repartition(self.partitions, self.spec.join_key)
                 .mapInArrow(writer, STATS_SCHEMA)
                 .collect()
             )
+            self.state.save_max_event_ns(batch_id, seen_max_ns)
         finally:
             batch.unpersist()
         events = sum(row["rows"] for row in stats)
         entities = sum(row["entities"] for row in stats)
         backends = sorted({row["backend"] for row in stats})
+        state_rows = sum(row["state_rows"] for row in stats)
         self.counters.batches += 1
         self.counters.events += events
         self.counters.bad_records += bad_count
         self.counters.entities_written += entities
         log.info(
-            "view %s batch %d: %d events, %d skipped, %d entities written to the online store "
-            "in %.2f s (kernels: %s)",
-            self.spec.name, batch_id, events, bad_count, entities,
+            "view %s batch %d: %d events, %d skipped, %d entities written to the online store, "
+            "%d events of touched partitions kept as state, in %.2f s (kernels: %s)",
+            self.spec.name, batch_id, events, bad_count, entities, state_rows,
             time.monotonic() - started, ",".join(backends) or "-",
         )  # fmt: skip
+
+
+def mark_late(batch: DataFrame, watermark_ns: int, spec: StreamViewSpec) -> DataFrame:
+    """Tag parsed events older than the watermark as errors (they go to the dead letters).
+
+    The watermark is the largest event time accepted in earlier micro-batches
+    minus the source's ``watermark_delay_threshold``, as in Spark.
+    """
+    from pyspark.sql import functions as F
+
+    late = F.col(ERROR_REASON).isNull() & (F.col(EVENT_NS) < F.lit(watermark_ns))
+    return batch.withColumn(
+        ERROR_FIELD, F.when(late, F.lit(spec.timestamp_field)).otherwise(F.col(ERROR_FIELD))
+    ).withColumn(
+        ERROR_REASON,
+        F.when(late, F.lit(LATE_REASON)).otherwise(F.col(ERROR_REASON)),
+    )
 
 
 def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions) -> DataFrame:
@@ -153,12 +192,15 @@ def start_view_query(
 ) -> tuple[StreamingQuery, MicroBatchProcessor]:
     """Start the streaming query of one view; returns it with its batch processor (for counters)."""
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    processor = MicroBatchProcessor(spec, repo_path, partitions, options, feature_schema)
+    checkpoint = f"{options.checkpoint.rstrip('/')}/{spec.name}"
+    state = StateStore(f"{checkpoint}/featureflow-state", partitions)
+    state.check_layout()
+    processor = MicroBatchProcessor(spec, repo_path, partitions, options, state, feature_schema)
     writer = (
         parse_events(read_kafka(spark, spec, options), spec)
         .writeStream.queryName(f"featureflow_{spec.name}")
         .foreachBatch(processor)
-        .option("checkpointLocation", f"{options.checkpoint.rstrip('/')}/{spec.name}")
+        .option("checkpointLocation", checkpoint)
     )
     if options.available_now:
         writer = writer.trigger(availableNow=True)
