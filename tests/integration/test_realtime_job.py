@@ -11,10 +11,17 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
-from duckdb_oracle import END_NS, FEATURE_NAMES, events_table, latest_features
+from duckdb_oracle import (
+    END_NS,
+    FEATURE_NAMES,
+    events_table,
+    latest_features,
+    per_event_features,
+)
 
 from featureflow.events import sample
 from featureflow.infra import kafka_broker, kafka_client
@@ -143,7 +150,7 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
     kafka_bootstrap: str, feature_repo_copy: Path, tmp_path: Path
 ) -> None:
     # One partition, so micro-batches follow event time exactly (no cross-partition skew).
-    topic = f"test-multi-{tmp_path.name[-8:]}"
+    topic = f"test-multi-{uuid.uuid4().hex[:10]}"
     kafka_broker.create_topic(kafka_bootstrap, topic, partitions=1)
     on_time = sample.generate(
         3000, users=40, seed=5, end_ns=END_NS, span_s=4 * 3600, out_of_order_share=0.0
@@ -178,3 +185,24 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
 
     # The restart continued the windows from the state: equal to one pass over all on-time events.
     _assert_online_equals(feature_repo_copy, latest_features(events_table(on_time)))
+    # The offline history holds every on-time event once, with its features.
+    _assert_history_equals(feature_repo_copy, on_time)
+
+
+def _assert_history_equals(repo: Path, events: sample.SampleEvents) -> None:
+    import numpy as np
+
+    from featureflow.spark.offline_sink import read_history
+
+    table = events_table(events)
+    oracle = per_event_features(table)
+    history = read_history(str(repo / "data" / "offline"), "user_txn_stats")
+    assert history.num_rows == len(events)
+    got_ns = history.column("event_timestamp").cast("int64").to_numpy() * 1000
+    got_order = np.lexsort((got_ns, history.column("user_id").to_numpy()))
+    want_order = np.lexsort((events.event_ns, events.user_id))
+    np.testing.assert_array_equal(got_ns[got_order], events.event_ns[want_order])
+    for name in FEATURE_NAMES:
+        got = np.array(history.column(name).to_pylist(), dtype=float)[got_order]
+        want = np.array(oracle.column(name).to_pylist(), dtype=float)[want_order]
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=name)

@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trigger", help="processing-time trigger interval, e.g. '5 seconds'")
     parser.add_argument("--partitions", type=int, help="partitions of the entity shuffle")
     parser.add_argument(
+        "--offline-path", help="per-event feature history (Parquet; default <repo>/data/offline)"
+    )
+    parser.add_argument(
         "--dead-letter-topic", help="topic for records that can't be used (default <topic>.dlq)"
     )
     parser.add_argument(
@@ -116,6 +119,7 @@ def _run(args: argparse.Namespace) -> int:
         trigger_interval=args.trigger,
         partitions=args.partitions,
         dead_letter_topic=args.dead_letter_topic,
+        offline_path=args.offline_path,
         kafka_options=_kafka_options(args.kafka_option),
     )
     spark = build_session("featureflow-realtime", master=args.master)

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from featureflow import features, ops
 from featureflow.repo import StreamViewSpec
+from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.parse import EVENT_NS
 from featureflow.spark.state import StateStore
 
@@ -45,26 +46,32 @@ def _store(repo_path: str) -> FeatureStore:
     return _stores[repo_path]
 
 
-def online_rows(
-    events: pa.Table, spec: StreamViewSpec, entities: pa.ChunkedArray | None = None
-) -> pa.Table:
-    """The online-store rows of a set of events: per entity, its features as of its latest event.
-
-    With ``entities``, only the rows of those entities (the ones new events touched).
-
-    Columns: the join key, the view's timestamp field (timestamp[us, UTC], the
-    precision Feast stores), the features.
-    """
-    latest = features.latest_per_entity(features.event_features(events, spec), spec.join_key)
-    if entities is not None:
-        latest = latest.filter(pc.is_in(latest.column(spec.join_key), pc.unique(entities)))
+def with_event_timestamp(table: pa.Table, spec: StreamViewSpec) -> pa.Table:
+    """Replace the epoch-ns column by the view's timestamp field, timestamp[us, UTC] (Feast's)."""
     # Event times arrive with millisecond precision: truncating ns to us loses nothing.
     stamps = (
-        latest.column(EVENT_NS)
+        table.column(EVENT_NS)
         .cast(pa.timestamp("ns", tz="UTC"))
         .cast(pa.timestamp("us", tz="UTC"), safe=False)
     )
-    return latest.drop_columns([EVENT_NS]).add_column(1, spec.timestamp_field, stamps)
+    return table.drop_columns([EVENT_NS]).add_column(1, spec.timestamp_field, stamps)
+
+
+def online_rows(
+    per_event: pa.Table, spec: StreamViewSpec, entities: pa.ChunkedArray | None = None
+) -> pa.Table:
+    """The online-store rows: per entity, its features as of its latest event.
+
+    Args:
+        per_event: :func:`featureflow.features.event_features` of the events.
+        entities: only the rows of these entities (the ones new events touched).
+    Returns:
+        Columns: the join key, the view's timestamp field, the features.
+    """
+    latest = features.latest_per_entity(per_event, spec.join_key)
+    if entities is not None:
+        latest = latest.filter(pc.is_in(latest.column(spec.join_key), pc.unique(entities)))
+    return with_event_timestamp(latest, spec)
 
 
 def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> None:
@@ -80,7 +87,8 @@ class OnlineFeatureWriter:
 
     The partition's events from earlier batches (its ``state``) and the new
     ones are computed together, so windows span micro-batches; the entities
-    of the new events get their features as of their latest event. Afterwards
+    of the new events get their features as of their latest event (online
+    store), and every new event its features (``offline`` training history). Afterwards
     the state keeps the events at or after ``keep_from_ns`` (the oldest that a
     frame of a future on-time event can reach). With a ``feature_schema`` every
     batch's Arrow schema passes the schema gate before anything is written.
@@ -91,6 +99,7 @@ class OnlineFeatureWriter:
     batch_id: int
     state: StateStore
     keep_from_ns: int
+    offline: OfflineFeatureLog
     feature_schema: FeatureSchema | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -109,12 +118,18 @@ class OnlineFeatureWriter:
             if prior is None
             else pa.concat_tables([prior, new_events.cast(prior.schema)])
         )
-        rows = online_rows(events, self.spec, entities=new_events.column(self.spec.join_key))
+        per_event = features.event_features(events, self.spec)
+        rows = online_rows(per_event, self.spec, entities=new_events.column(self.spec.join_key))
+        history = with_event_timestamp(
+            per_event.slice(events.num_rows - new_events.num_rows), self.spec
+        )
         if self.feature_schema is not None:
             from featureflow.schema import check_batch
 
             check_batch(rows.schema, self.feature_schema)
+            check_batch(history.schema, self.feature_schema)
         write_online(_store(str(Path(self.repo_path))), self.spec, rows)
+        self.offline.write(self.batch_id, partition, history)
         kept = events.filter(pc.greater_equal(events.column(EVENT_NS), self.keep_from_ns))
         self.state.save_events(partition, self.batch_id, kept)
         yield pa.RecordBatch.from_pydict(

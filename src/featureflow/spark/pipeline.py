@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from featureflow.repo import StreamViewSpec
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
+from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.online_sink import STATS_SCHEMA, OnlineFeatureWriter
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
 from featureflow.spark.state import StateStore
@@ -55,6 +56,7 @@ class StreamOptions:
     trigger_interval: str | None = None
     partitions: int | None = None
     dead_letter_topic: str | None = None  # default: "<topic>.dlq"
+    offline_path: str | None = None  # default: <repo>/data/offline
     kafka_options: dict[str, str] = field(default_factory=dict)
 
 
@@ -124,7 +126,15 @@ class MicroBatchProcessor:
                 else 0
             )
             writer = OnlineFeatureWriter(
-                self.spec, self.repo_path, batch_id, self.state, keep_from_ns, self.feature_schema
+                self.spec,
+                self.repo_path,
+                batch_id,
+                self.state,
+                keep_from_ns,
+                OfflineFeatureLog(
+                    self.options.offline_path or f"{self.repo_path}/data/offline", self.spec.name
+                ),
+                self.feature_schema,
             )
             stats = (
                 good.repartition(self.partitions, self.spec.join_key)

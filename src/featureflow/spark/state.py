@@ -36,7 +36,8 @@ from featureflow.errors import JobError
 _VERSION = re.compile(r"batch-(\d+)\.(arrow|json)$")
 
 
-def _filesystem(root: str) -> tuple[pafs.FileSystem, str]:
+def filesystem_of(root: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and path of a local path or a URI (file://, hdfs://, s3://)."""
     if "://" in root:
         filesystem, path = pafs.FileSystem.from_uri(root)
         return filesystem, path
@@ -53,7 +54,7 @@ class StateStore:
     partitions: int
 
     def _paths(self) -> tuple[pafs.FileSystem, str]:
-        return _filesystem(self.root)
+        return filesystem_of(self.root)
 
     def check_layout(self) -> None:
         """Refuse to start when the state was written with another number of partitions.
