@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--trigger", help="processing-time trigger interval, e.g. '5 seconds'")
     parser.add_argument("--partitions", type=int, help="partitions of the entity shuffle")
     parser.add_argument(
+        "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
+    )
+    parser.add_argument(
         "--offline-path", help="per-event feature history (Parquet; default <repo>/data/offline)"
     )
     parser.add_argument(
@@ -122,9 +125,15 @@ def _run(args: argparse.Namespace) -> int:
         offline_path=args.offline_path,
         kafka_options=_kafka_options(args.kafka_option),
     )
+    exporter = None
+    if args.metrics_port:
+        from featureflow.spark.metrics import PrometheusExporter
+
+        exporter = PrometheusExporter(args.metrics_port)
+        log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
     spark = build_session("featureflow-realtime", master=args.master)
     running = [
-        start_view_query(spark, spec, repo_path, options, feature_schemas.get(spec.name))
+        start_view_query(spark, spec, repo_path, options, feature_schemas.get(spec.name), exporter)
         for spec in specs
     ]
     try:

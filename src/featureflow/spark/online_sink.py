@@ -10,6 +10,7 @@ into the online store. It yields one small stats row per partition.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 
 from featureflow import features, ops
 from featureflow.repo import StreamViewSpec
+from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.parse import EVENT_NS
 from featureflow.spark.state import StateStore
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATS_SCHEMA = "rows long, entities long, state_rows long, backend string"
+STATS_SCHEMA = "rows long, entities long, state_rows long, backend string, freshness array<long>"
 """Spark DDL of what each partition reports back to the driver."""
 
 _stores: dict[str, FeatureStore] = {}
@@ -129,6 +131,7 @@ class OnlineFeatureWriter:
             check_batch(rows.schema, self.feature_schema)
             check_batch(history.schema, self.feature_schema)
         write_online(_store(str(Path(self.repo_path))), self.spec, rows)
+        freshness = freshness_histogram(new_events.column(EVENT_NS).to_numpy(), time.time_ns())
         self.offline.write(self.batch_id, partition, history)
         kept = events.filter(pc.greater_equal(events.column(EVENT_NS), self.keep_from_ns))
         self.state.save_events(partition, self.batch_id, kept)
@@ -138,5 +141,6 @@ class OnlineFeatureWriter:
                 "entities": [rows.num_rows],
                 "state_rows": [kept.num_rows],
                 "backend": [ops.backend()],
+                "freshness": [freshness],
             }
         )

@@ -23,8 +23,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from featureflow.repo import StreamViewSpec
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
+from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.online_sink import STATS_SCHEMA, OnlineFeatureWriter
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from featureflow.schema import FeatureSchema
 
 log = logging.getLogger("featureflow.job")
+metrics_log = logging.getLogger("featureflow.metrics")
 
 LATE_REASON = "later than the watermark"
 
@@ -82,6 +86,7 @@ class MicroBatchProcessor:
     state: StateStore
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
+    exporter: PrometheusExporter | None = None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -94,7 +99,9 @@ class MicroBatchProcessor:
         try:
             bad = batch.filter(F.col(ERROR_REASON).isNotNull())
             bad_rows = bad.select("topic", "partition", "offset", ERROR_FIELD, ERROR_REASON)
+            records = batch.count()
             bad_count = bad_rows.count()
+            bad_by_reason: dict[str, int] = {}
             for row in bad_rows.limit(MAX_LOGGED_BAD_RECORDS).collect():
                 log.warning(
                     "skipped record %s[%d]@%d: field %r: %s",
@@ -109,10 +116,7 @@ class MicroBatchProcessor:
                     self.options.kafka_options,
                 )
                 for row in bad_rows.groupBy(ERROR_REASON).count().collect():
-                    reason = row[ERROR_REASON]
-                    self.counters.bad_by_reason[reason] = (
-                        self.counters.bad_by_reason.get(reason, 0) + row["count"]
-                    )
+                    bad_by_reason[row[ERROR_REASON]] = row["count"]
             good = batch.filter(F.col(ERROR_REASON).isNull()).select(
                 self.spec.join_key, EVENT_NS, *self.spec.value_columns
             )
@@ -144,20 +148,39 @@ class MicroBatchProcessor:
             self.state.save_max_event_ns(batch_id, seen_max_ns)
         finally:
             batch.unpersist()
-        events = sum(row["rows"] for row in stats)
-        entities = sum(row["entities"] for row in stats)
-        backends = sorted({row["backend"] for row in stats})
-        state_rows = sum(row["state_rows"] for row in stats)
+        report = BatchReport(
+            view=self.spec.name,
+            batch_id=batch_id,
+            records=records,
+            events=sum(row["rows"] for row in stats),
+            dead_letters=bad_by_reason,
+            entities_written=sum(row["entities"] for row in stats),
+            state_rows=sum(row["state_rows"] for row in stats),
+            duration_s=time.monotonic() - started,
+        )
+        if stats:
+            merged = np.sum([row["freshness"] for row in stats], axis=0)
+            report.freshness_p50_s = histogram_quantile(merged, 0.5)
+            report.freshness_p99_s = histogram_quantile(merged, 0.99)
+        self._account(report, sorted({row["backend"] for row in stats}))
+
+    def _account(self, report: BatchReport, backends: list[str]) -> None:
         self.counters.batches += 1
-        self.counters.events += events
-        self.counters.bad_records += bad_count
-        self.counters.entities_written += entities
+        self.counters.events += report.events
+        self.counters.bad_records += sum(report.dead_letters.values())
+        self.counters.entities_written += report.entities_written
+        for reason, count in report.dead_letters.items():
+            self.counters.bad_by_reason[reason] = self.counters.bad_by_reason.get(reason, 0) + count
         log.info(
             "view %s batch %d: %d events, %d skipped, %d entities written to the online store, "
             "%d events of touched partitions kept as state, in %.2f s (kernels: %s)",
-            self.spec.name, batch_id, events, bad_count, entities, state_rows,
-            time.monotonic() - started, ",".join(backends) or "-",
+            report.view, report.batch_id, report.events, sum(report.dead_letters.values()),
+            report.entities_written, report.state_rows, report.duration_s,
+            ",".join(backends) or "-",
         )  # fmt: skip
+        metrics_log.info("%s", report.to_json())
+        if self.exporter is not None:
+            self.exporter.observe(report)
 
 
 def mark_late(batch: DataFrame, watermark_ns: int, spec: StreamViewSpec) -> DataFrame:
@@ -199,13 +222,16 @@ def start_view_query(
     repo_path: str,
     options: StreamOptions,
     feature_schema: FeatureSchema | None = None,
+    exporter: PrometheusExporter | None = None,
 ) -> tuple[StreamingQuery, MicroBatchProcessor]:
     """Start the streaming query of one view; returns it with its batch processor (for counters)."""
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     checkpoint = f"{options.checkpoint.rstrip('/')}/{spec.name}"
     state = StateStore(f"{checkpoint}/featureflow-state", partitions)
     state.check_layout()
-    processor = MicroBatchProcessor(spec, repo_path, partitions, options, state, feature_schema)
+    processor = MicroBatchProcessor(
+        spec, repo_path, partitions, options, state, feature_schema, exporter=exporter
+    )
     writer = (
         parse_events(read_kafka(spark, spec, options), spec)
         .writeStream.queryName(f"featureflow_{spec.name}")

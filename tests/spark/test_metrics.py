@@ -1,0 +1,77 @@
+"""Batch metrics: freshness histograms, the JSON line, the Prometheus endpoint."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.request
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from featureflow.spark.metrics import (
+    FRESHNESS_EDGES_S,
+    BatchReport,
+    PrometheusExporter,
+    freshness_histogram,
+    histogram_quantile,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(lags_s=st.lists(st.floats(0.002, 1e6), min_size=1, max_size=200))
+def test_histogram_quantiles_bound_the_exact_ones_within_a_bucket(lags_s: list[float]) -> None:
+    now = 2_000_000_000 * 10**9
+    event_ns = np.array([now - int(lag * 1e9) for lag in lags_s], dtype=np.int64)
+    counts = freshness_histogram(event_ns, now)
+    assert sum(counts) == len(lags_s)
+    step = FRESHNESS_EDGES_S[1] / FRESHNESS_EDGES_S[0]
+    for q in (0.5, 0.99):
+        exact = float(np.quantile((now - event_ns) / 1e9, q, method="inverted_cdf"))
+        estimate = histogram_quantile(counts, q)
+        assert estimate is not None
+        assert exact <= estimate * (1 + 1e-9) <= exact * step * (1 + 1e-6)
+
+
+def test_histograms_merge_by_adding() -> None:
+    now = 10**18
+    a = freshness_histogram(np.array([now - 10**9]), now)
+    b = freshness_histogram(np.array([now - 10**12, now - 10**12]), now)
+    merged = np.sum([a, b], axis=0)
+    assert histogram_quantile(merged, 0.5) == histogram_quantile(b, 0.5)
+    assert histogram_quantile([0] * len(a), 0.5) is None
+
+
+def test_report_json_line() -> None:
+    report = BatchReport("v", 3, records=12, events=10, dead_letters={"late": 2}, duration_s=2.0)
+    line = json.loads(report.to_json())
+    assert line["events_per_s"] == 5.0
+    assert line["dead_letters"] == {"late": 2}
+    assert line["batch_id"] == 3
+
+
+def test_prometheus_endpoint_serves_the_batch() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    exporter = PrometheusExporter(port)
+    try:
+        exporter.observe(
+            BatchReport(
+                "user_txn_stats", 0, records=7, events=5, dead_letters={"not a JSON object": 2},
+                duration_s=0.5, freshness_p50_s=0.2, freshness_p99_s=1.5,
+            )
+        )  # fmt: skip
+        text = (
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        )
+    finally:
+        exporter.close()
+    assert 'featureflow_events_total{view="user_txn_stats"} 5.0' in text
+    assert 'featureflow_records_total{view="user_txn_stats"} 7.0' in text
+    assert (
+        'featureflow_dead_letters_total{reason="not a JSON object",view="user_txn_stats"} 2.0'
+        in text
+    )
+    assert 'featureflow_freshness_seconds{quantile="0.99",view="user_txn_stats"} 1.5' in text
