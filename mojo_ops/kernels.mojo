@@ -1,22 +1,22 @@
 # featureflow window kernels: rolling (RANGE and sawtooth), hopping and
 # session aggregates over Arrow buffers passed by address.
 #
-# Algorithm, shared by the three functions:
-#   1. order: a stable counting sort of row ids by dense key code (one linear
-#      pass, no comparison sort), then each key's rows are checked for ts
-#      order and only unsorted keys are merge-sorted by ts (stable, so ties
-#      stay in input order).
-#   2. gather: ts and values are read in place from the caller's buffers and
-#      gathered once into key/ts order (values as float64, NaN = null).
-#   3. frames: each function walks every key's sorted rows and produces a
-#      sequence of frames [lo, hi) whose bounds never move backwards
-#      (rolling: one frame per run of equal ts; hopping: one per window;
-#      sessions: one per session).
-#   4. sliding aggregates (`Sliding`): rows enter at hi and leave at lo, so
-#      every frame costs O(rows entering + leaving): compensated running sums
-#      (sum/mean, shifted sums for var/std), monotonic deques (min/max),
-#      first/last valid pointers, and a counting hash map (count_distinct).
-#   Results are written straight into output buffers the caller allocated.
+# rolling and sessions (see their sections for details):
+#   1. group (`group_rows`): one read of the inputs scatters ts, float64
+#      values (NaN = null) and input row ids into each key's slot range (a
+#      counting sort by dense key code); only keys whose rows were not in ts
+#      order are then merge-sorted (stable: ties stay in input order).
+#      Unkeyed input in ts order is read in place.
+#   2. rolling: per window and key, one compile-time-specialised pass over the
+#      contiguous rows (two pointers, compensated sums, monotonic deques),
+#      results scattered once to the input rows; the keys (unkeyed: the rows)
+#      are split into parts that run on two Python threads with the GIL
+#      released. sessions: each session aggregated directly (disjoint frames).
+#   3. validity is written as level bytes min(count, 2) and packed word-wise.
+#   Scratch memory is allocated by the caller from the Arrow pool.
+# hopping, and any call with count_distinct, use the frame-by-frame path:
+# `order_rows` + `gather`, then `Sliding` (rows enter at hi and leave at lo,
+# frames never move backwards) with a counting hash map for count_distinct.
 #
 # The Python side passes one int64 "descriptor" array (by address) that holds
 # the sizes, buffer addresses and codes; its layout is documented at each

@@ -5,7 +5,10 @@ runtime libraries shipped next to it are preloaded with ``RTLD_GLOBAL``
 first: that makes the package work wherever it is installed (Spark workers,
 other machines). Each kernel takes the address of one int64 descriptor
 array holding sizes, buffer addresses and codes; the layout is documented in
-``mojo_ops/kernels.mojo`` (``read_inputs``, ``rolling``).
+``mojo_ops/kernels.mojo`` (``read_inputs``, ``rolling_prepare``). Rolling
+runs in three calls (prepare, parts, finish); the parts release the GIL and
+run on two threads for large inputs. Kernel scratch comes from the Arrow
+memory pool, which keeps its pages mapped for the next call.
 """
 
 from __future__ import annotations
