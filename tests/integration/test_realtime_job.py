@@ -7,6 +7,7 @@ the same windows from the same events.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -132,6 +133,13 @@ def test_job_writes_online_features_equal_to_duckdb(
         pattern = rf"skipped record {topic}\[{bad_partition}\]@{offset}: field '\w+': {reason}"
         assert re.search(pattern, log), pattern
     assert re.search(rf"{len(events)} events, {len(BAD_RECORDS)} skipped", log), log[-3000:]
+    # One JSON metrics line per micro-batch; the totals add up.
+    metrics = [json.loads(line) for line in re.findall(r"featureflow\.metrics: (\{.*\})", log)]
+    assert len(metrics) == 1
+    assert metrics[0]["records"] == len(events) + len(BAD_RECORDS)
+    assert metrics[0]["events"] == len(events)
+    assert sum(metrics[0]["dead_letters"].values()) == len(BAD_RECORDS)
+    assert metrics[0]["freshness_p99_s"] >= metrics[0]["freshness_p50_s"] > 0
     # ... and lands, untouched, in the dead-letter topic with the reason in its headers.
     letters = _consume(kafka_bootstrap, f"{topic}.dlq", len(BAD_RECORDS))
     assert sorted(value for value, _ in letters) == sorted(BAD_RECORDS)
@@ -179,6 +187,16 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
         feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400"
     )
     assert second.count("later than the watermark") >= 4
+    batches = [
+        json.loads(line)
+        for run in (first, second)
+        for line in re.findall(r"featureflow\.metrics: (\{.*\})", run)
+    ]
+    assert sum(batch["events"] for batch in batches) == len(on_time)
+    assert sum(batch["records"] for batch in batches) == len(on_time) + len(late)
+    assert [batch["dead_letters"] for batch in batches if batch["dead_letters"]] == [
+        {"later than the watermark": len(late)}
+    ]
     letters = _consume(kafka_bootstrap, f"{topic}.dlq", len(late))
     assert sorted(value for value, _ in letters) == sorted(value for _, value in late)
     assert {headers["featureflow.reason"] for _, headers in letters} == {"later than the watermark"}

@@ -195,14 +195,15 @@ def test_many_windows_in_one_call_equal_separate_calls() -> None:
         assert together.select([f"sum_{w}", f"max_{w}"]).equals(alone)
 
 
+# The split is a property of the Mojo backend: run under it alone.
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
 @pytest.mark.parametrize("keyed", [False, True])
 @pytest.mark.parametrize("parts", [2, 3])
 def test_parts_on_threads_agree_with_one_thread(
     backend: str, keyed: bool, parts: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Large calls are split over threads (keys, or rows with a warm-up when unkeyed)."""
-    if backend != "mojo":
-        pytest.skip("the split is a property of the Mojo backend")
+    assert backend == "mojo"
     from featureflow.ops import _native
 
     rng = np.random.default_rng(7)
