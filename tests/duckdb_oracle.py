@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from featureflow.events import sample
+from featureflow.repo import AggregationSpec, StreamViewSpec
 
 END_NS = 1_795_996_800_000_000_000  # 2026-11-30T00:00:00Z
 WINDOWS_S = (600, 3600, 86_400)
@@ -24,6 +25,23 @@ SQL_AGGREGATES = {
     "std": "stddev_samp",
 }
 FEATURE_NAMES = tuple(f"{fn}_amount_{w}s" for w in WINDOWS_S for fn in SQL_AGGREGATES)
+
+
+EXAMPLE_SPEC = StreamViewSpec(
+    name="user_txn_stats",
+    join_key="user_id",
+    timestamp_field="event_timestamp",
+    topic="transactions",
+    bootstrap_servers="127.0.0.1:9092",
+    json_schema="user_id long, amount double, merchant string, event_timestamp string",
+    watermark_ns=0,
+    aggregations=tuple(
+        AggregationSpec("amount", fn, w * 10**9, f"{fn}_amount_{w}s")
+        for w in WINDOWS_S
+        for fn in SQL_AGGREGATES
+    ),
+)
+"""The example repo's ``user_txn_stats`` as the job sees it (without a watermark)."""
 
 
 def events_table(events: sample.SampleEvents) -> pa.Table:

@@ -5,26 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from duckdb_oracle import END_NS, SQL_AGGREGATES, WINDOWS_S, events_table, per_event_features
+from duckdb_oracle import END_NS, EXAMPLE_SPEC, events_table, per_event_features
 
 from featureflow import features
 from featureflow.events import sample
-from featureflow.repo import AggregationSpec, StreamViewSpec
-
-SPEC = StreamViewSpec(
-    name="user_txn_stats",
-    join_key="user_id",
-    timestamp_field="event_timestamp",
-    topic="transactions",
-    bootstrap_servers="127.0.0.1:9092",
-    json_schema="user_id long, amount double, merchant string, event_timestamp string",
-    watermark_ns=0,
-    aggregations=tuple(
-        AggregationSpec("amount", fn, w * 10**9, f"{fn}_amount_{w}s")
-        for w in WINDOWS_S
-        for fn in SQL_AGGREGATES
-    ),
-)
 
 
 def _assert_close(actual: pa.ChunkedArray, expected: pa.ChunkedArray, name: str) -> None:
@@ -37,11 +21,11 @@ def _assert_close(actual: pa.ChunkedArray, expected: pa.ChunkedArray, name: str)
 @pytest.mark.parametrize(("n", "users", "seed"), [(3000, 40, 1), (500, 3, 2), (1, 1, 3)])
 def test_event_features_equal_duckdb_range_windows(n: int, users: int, seed: int) -> None:
     events = events_table(sample.generate(n, users=users, seed=seed, end_ns=END_NS))
-    ours = features.event_features(events, SPEC)
+    ours = features.event_features(events, EXAMPLE_SPEC)
     oracle = per_event_features(events)
     assert ours.column_names[:2] == ["user_id", "event_ns"]
     assert ours.num_rows == n
-    for aggregation in SPEC.aggregations:
+    for aggregation in EXAMPLE_SPEC.aggregations:
         name = aggregation.output_name
         _assert_close(ours.column(name), oracle.column(name), name)
 

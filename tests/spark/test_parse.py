@@ -5,24 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from duckdb_oracle import EXAMPLE_SPEC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from featureflow.repo import StreamViewSpec
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
 
 pytestmark = pytest.mark.integration
 
-SPEC = StreamViewSpec(
-    name="user_txn_stats",
-    join_key="user_id",
-    timestamp_field="event_timestamp",
-    topic="transactions",
-    bootstrap_servers="127.0.0.1:9092",
-    json_schema="user_id long, amount double, merchant string, event_timestamp string",
-    watermark_ns=0,
-    aggregations=(),
-)
+SPEC = EXAMPLE_SPEC
 
 CASES: list[tuple[bytes | None, str | None, str | None, int | None]] = [
     # value, error field, reason (substring), expected event ns
