@@ -87,8 +87,12 @@ def _json_schema(view_name: str, message_format: object) -> str:
 
 def load_store(repo_path: str | Path) -> FeatureStore:
     """Feast's ``FeatureStore`` of the repo at ``repo_path`` (its ``feature_store.yaml``)."""
+    import warnings
+
     from feast import FeatureStore
 
+    # Feast's import puts its own warning filters first; ours must come after it.
+    warnings.filterwarnings("ignore", message="Stream feature views are experimental")
     path = Path(repo_path).resolve()
     if not (path / "feature_store.yaml").is_file():
         msg = f"{path} is not a Feast repo: it has no feature_store.yaml"

@@ -43,5 +43,7 @@ def run(args: argparse.Namespace) -> int:
                 "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
             )
         table.add_row(*cells)
-    Console(width=max(120, 14 * (len(names) + 1))).print(table)
+    # Wide enough that no feature name is cut, also when stdout is not a terminal.
+    width = sum(max(len(name), 10) + 3 for name in [join_key, *names]) + 1
+    Console(width=max(80, width)).print(table)
     return 0
