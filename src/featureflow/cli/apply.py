@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from featureflow.cli.validate import EXIT_CANNOT_CHECK, add_gate_arguments
+from featureflow.cli.validate import EXIT_CANNOT_CHECK, add_gate_arguments, gate_report
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,13 +28,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Gate, then apply; return the exit status."""
-    from featureflow.errors import SchemaError
-    from featureflow.schema import apply_repo, validate
+    from featureflow.schema import apply_repo
 
-    try:
-        report = validate(args.repo, args.schemas)
-    except SchemaError as error:
-        print(f"featureflow apply: error: {error}", file=sys.stderr)
+    report = gate_report(args, "apply")
+    if report is None:
         return EXIT_CANNOT_CHECK
     status = report.exit_status(strict=args.strict)
     if status != 0:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from featureflow.schema import Report
 
 EXIT_CANNOT_CHECK = 2
 
@@ -43,15 +47,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Print the report; return the exit status."""
+def gate_report(args: argparse.Namespace, command: str) -> Report | None:
+    """The gate's report for ``--repo``/``--schemas``; None (error printed) when it can't run."""
     from featureflow.errors import SchemaError
     from featureflow.schema import validate
 
     try:
-        report = validate(args.repo, args.schemas)
+        return validate(args.repo, args.schemas)
     except SchemaError as error:
-        print(f"featureflow validate: error: {error}", file=sys.stderr)
+        print(f"featureflow {command}: error: {error}", file=sys.stderr)
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; return the exit status."""
+    report = gate_report(args, "validate")
+    if report is None:
         return EXIT_CANNOT_CHECK
     print(report.to_json() if args.format == "json" else report.to_table())
     return report.exit_status(strict=args.strict)
