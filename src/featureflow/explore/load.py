@@ -1,0 +1,400 @@
+"""Loading events, feature views and the stream job's history into Arrow tables (the IO side).
+
+Every event loader returns an :class:`EventSample` whose table has the same
+columns whatever the source:
+
+- the view's join key (int64) and ``event_ns`` (int64 epoch ns, UTC);
+- the other fields of the view's JSON schema, typed as the schema declares;
+- ``partition`` (int32) and ``offset`` (int64): the arrival order. Within one
+  partition, a larger offset arrived later (Kafka's order; row order for
+  generated events and Parquet files without those columns).
+
+Nothing here computes features: see :mod:`featureflow.explore.compute`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from featureflow.errors import KafkaBrokerError, RepoError
+from featureflow.events import sample
+from featureflow.repo import StreamViewSpec, load_store, stream_view_spec, stream_view_specs
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+EVENT_NS = "event_ns"
+"""Column of every loaded table: event time, int64 epoch nanoseconds (UTC)."""
+PARTITION = "partition"
+OFFSET = "offset"
+BATCH = "batch"
+"""Column of :func:`history`: the stream job's micro-batch id of each event."""
+
+NS_PER_MS = 1_000_000
+
+# Spark DDL type names of a view's JSON schema -> Arrow types.
+_DDL_TYPES: dict[str, pa.DataType] = {
+    "long": pa.int64(),
+    "bigint": pa.int64(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+}
+
+
+@dataclass(frozen=True)
+class EventSample:
+    """Events loaded for exploration, and where they came from."""
+
+    table: pa.Table
+    source: str  # human-readable: "Kafka topic 'transactions' on 127.0.0.1:9092 (50,000 records)"
+    skipped: dict[str, int] = field(default_factory=dict)  # unusable records, by reason
+
+    @property
+    def num_events(self) -> int:
+        return self.table.num_rows
+
+    def to_pandas(self) -> pd.DataFrame:
+        """The events as a DataFrame with an extra ``event_time`` column (datetime64[ns, UTC])."""
+        return with_event_time(self.table.to_pandas())
+
+
+def with_event_time(frame: pd.DataFrame, column: str = EVENT_NS) -> pd.DataFrame:
+    """``frame`` with ``event_time`` (datetime64[ns, UTC]) derived from its epoch-ns ``column``."""
+    import pandas as pd
+
+    frame = frame.copy()
+    frame["event_time"] = pd.to_datetime(frame[column].to_numpy(), unit="ns", utc=True)
+    return frame
+
+
+def json_fields(spec: StreamViewSpec) -> dict[str, pa.DataType]:
+    """The view's JSON fields and their Arrow types, from its Spark DDL (``user_id long, ...``)."""
+    fields: dict[str, pa.DataType] = {}
+    for part in spec.json_schema.split(","):
+        name, _, ddl_type = part.strip().partition(" ")
+        arrow_type = _DDL_TYPES.get(ddl_type.strip().lower())
+        if not name or arrow_type is None:
+            msg = (
+                f"view {spec.name!r}: JSON schema field {part.strip()!r} is not one of "
+                f"'<name> <{'|'.join(_DDL_TYPES)}>'"
+            )
+            raise RepoError(msg)
+        fields[name] = arrow_type
+    return fields
+
+
+def view_spec(repo_path: str | Path, name: str) -> StreamViewSpec:
+    """The :class:`StreamViewSpec` of stream view ``name`` of the Feast repo at ``repo_path``.
+
+    The registry wins (what ``featureflow apply`` accepted and the stream job
+    computes); a repo that was never applied is read from its Python
+    definitions with Feast's own parser instead.
+    """
+    store = load_store(repo_path)
+    try:
+        return stream_view_specs(store, [name])[0]
+    except RepoError:
+        if any(view.name == name for view in store.list_stream_feature_views()):
+            raise
+    from feast.repo_operations import parse_repo
+
+    views = {view.name: view for view in parse_repo(Path(store.repo_path)).stream_feature_views}
+    if name not in views:
+        msg = f"no stream feature view named {name!r} in {store.repo_path}; it has {sorted(views)}"
+        raise RepoError(msg)
+    return stream_view_spec(views[name])
+
+
+def from_generator(
+    spec: StreamViewSpec,
+    events: int = 50_000,
+    *,
+    users: int = 2000,
+    seed: int = 7,
+    end_ns: int | None = None,
+    span_s: float = 86_400.0,
+) -> EventSample:
+    """Events of :func:`featureflow.events.sample.generate` (what ``featureflow produce`` sends).
+
+    ``end_ns`` (epoch ns) fixes the time span, so the same arguments give the
+    same events; the default ends the span now. Arrival order is production order.
+    """
+    generated = sample.generate(events, users=users, seed=seed, end_ns=end_ns, span_s=span_s)
+    columns: dict[str, pa.Array] = {
+        spec.join_key: pa.array(generated.user_id, pa.int64()),
+        EVENT_NS: pa.array(generated.event_ns, pa.int64()),
+    }
+    generated_values = {
+        "amount": pa.array(generated.amount, mask=np.isnan(generated.amount)),
+        "merchant": pa.array(generated.merchant, pa.string()),
+    }
+    for name, arrow_type in json_fields(spec).items():
+        if name in (spec.join_key, spec.timestamp_field):
+            continue
+        if name not in generated_values:
+            msg = (
+                f"the sample generator makes no field {name!r}; it makes {sorted(generated_values)}"
+            )
+            raise RepoError(msg)
+        columns[name] = generated_values[name].cast(arrow_type)
+    columns[PARTITION] = pa.array(np.zeros(len(generated), np.int32))
+    columns[OFFSET] = pa.array(np.arange(len(generated), dtype=np.int64))
+    return EventSample(
+        pa.table(columns),
+        f"generated sample ({len(generated):,} events, {users:,} users, seed {seed})",
+    )
+
+
+def from_parquet(path: str | Path, spec: StreamViewSpec) -> EventSample:
+    """Events from Parquet: the join key, the view's timestamp field and its value fields.
+
+    The timestamp field may be an Arrow timestamp or int64 epoch milliseconds;
+    ``partition``/``offset`` are kept when present, else row order is arrival order.
+    """
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    names = set(table.column_names)
+    stamp = table.column(spec.timestamp_field)
+    if pa.types.is_timestamp(stamp.type):
+        event_ns = stamp.cast(pa.timestamp("ns", "UTC")).cast(pa.int64())
+    else:
+        event_ns = pc.multiply(stamp.cast(pa.int64()), NS_PER_MS)
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        spec.join_key: table.column(spec.join_key).cast(pa.int64()),
+        EVENT_NS: event_ns,
+    }
+    for name, arrow_type in json_fields(spec).items():
+        if name not in (spec.join_key, spec.timestamp_field) and name in names:
+            columns[name] = table.column(name).cast(arrow_type)
+    if PARTITION in names and OFFSET in names:
+        columns[PARTITION] = table.column(PARTITION).cast(pa.int32())
+        columns[OFFSET] = table.column(OFFSET).cast(pa.int64())
+    else:
+        columns[PARTITION] = pa.array(np.zeros(table.num_rows, np.int32))
+        columns[OFFSET] = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    return EventSample(pa.table(columns), f"Parquet {path} ({table.num_rows:,} events)")
+
+
+def kafka_has_records(bootstrap: str, topic: str, timeout_s: float = 3.0) -> bool:
+    """Whether a broker answers on ``bootstrap`` (in ``timeout_s`` s), with records in ``topic``."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "featureflow-explore", "log_level": 0}
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        partitions = metadata.topics[topic].partitions
+        if metadata.topics[topic].error is not None or not partitions:
+            return False
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout_s
+            )
+            if high > low:
+                return True
+        return False
+    except KafkaException:
+        return False
+    finally:
+        consumer.close()
+
+
+def from_kafka(
+    spec: StreamViewSpec,
+    *,
+    bootstrap: str | None = None,
+    topic: str | None = None,
+    max_events: int | None = 200_000,
+    timeout_s: float = 60.0,
+) -> EventSample:
+    """A bounded read of the view's Kafka topic from the earliest offsets, parsed as the job does.
+
+    Reads every partition up to the end offsets it had when the read began,
+    at most ``max_events`` records in all (``None``: no cap), within ``timeout_s``
+    seconds. Records the job would skip (not a JSON object, missing or
+    non-integer key, a timestamp neither RFC 3339 text nor epoch ms, a field of
+    the wrong type) are counted by reason in ``skipped`` and left out.
+
+    Raises:
+        KafkaBrokerError: the broker does not answer, or the topic is missing.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+    bootstrap = bootstrap or spec.bootstrap_servers
+    topic = topic or spec.topic
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"featureflow-explore-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    records: list[tuple[int, int, bytes | None]] = []
+    try:
+        try:
+            metadata = consumer.list_topics(topic, timeout=min(timeout_s, 10.0))
+        except KafkaException as error:
+            msg = (
+                f"no Kafka broker answers on {bootstrap} ({error}); start one: featureflow kafka up"
+            )
+            raise KafkaBrokerError(msg) from error
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None or not described.partitions:
+            msg = f"Kafka topic {topic!r} does not exist on {bootstrap}; produce events first"
+            raise KafkaBrokerError(msg)
+        ends: dict[int, int] = {}
+        for partition in sorted(described.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout_s)
+            if high > low:
+                ends[partition] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        cap = max_events if max_events is not None else sum(ends.values())
+        while ends and len(records) < cap and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                if message.error() is not None:
+                    continue
+                partition, offset = message.partition(), message.offset()
+                if partition is None or offset is None:
+                    continue
+                if partition in ends and offset < ends[partition]:
+                    records.append((partition, offset, message.value()))
+                    if offset + 1 >= ends[partition]:
+                        del ends[partition]
+        records = records[:cap]
+    finally:
+        consumer.close()
+    table, skipped = parse_records(records, spec)
+    return EventSample(
+        table, f"Kafka topic {topic!r} on {bootstrap} ({len(records):,} records)", skipped
+    )
+
+
+def parse_records(
+    records: list[tuple[int, int, bytes | None]], spec: StreamViewSpec
+) -> tuple[pa.Table, dict[str, int]]:
+    """(partition, offset, JSON value) records -> events table, and unusable records by reason."""
+    import pandas as pd
+
+    fields = json_fields(spec)
+    values: dict[str, list[object]] = {name: [] for name in fields}
+    partitions: list[int] = []
+    offsets: list[int] = []
+    skipped: dict[str, int] = {}
+    for partition, offset, raw in records:
+        try:
+            event = json.loads(raw) if raw else None
+        except ValueError:
+            event = None
+        reason = _unusable(event, spec)
+        if reason is not None:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        assert isinstance(event, dict)  # checked by _unusable
+        for name in fields:
+            values[name].append(event.get(name))
+        partitions.append(partition)
+        offsets.append(offset)
+    stamps = values.pop(spec.timestamp_field)
+    is_millis = np.array([isinstance(v, int) for v in stamps], dtype=bool)  # bools: see _unusable
+    event_ns = np.zeros(len(stamps), np.int64)
+    event_ns[is_millis] = np.array([v for v in stamps if isinstance(v, int)], np.int64) * NS_PER_MS
+    parsed = pd.to_datetime(
+        pd.Series([v for v in stamps if not isinstance(v, int)], dtype=object),
+        utc=True, format="ISO8601", errors="coerce",
+    )  # fmt: skip
+    good = np.ones(len(stamps), dtype=bool)
+    good[~is_millis] = parsed.notna().to_numpy()
+    epoch = pd.Timestamp(0, tz="UTC")
+    event_ns[~is_millis] = parsed.fillna(epoch).dt.as_unit("ns").astype("int64").to_numpy()
+    if not good.all():
+        reason = "not an RFC 3339 timestamp or epoch milliseconds"
+        skipped[reason] = skipped.get(reason, 0) + int((~good).sum())
+    columns: dict[str, pa.Array] = {
+        spec.join_key: pa.array(values.pop(spec.join_key), pa.int64()).filter(pa.array(good)),
+        EVENT_NS: pa.array(event_ns[good], pa.int64()),
+    }
+    for name, column in values.items():
+        columns[name] = pa.array(column, fields[name]).filter(pa.array(good))
+    columns[PARTITION] = pa.array(np.asarray(partitions, np.int32)[good])
+    columns[OFFSET] = pa.array(np.asarray(offsets, np.int64)[good])
+    return pa.table(columns), skipped
+
+
+def _unusable(event: object, spec: StreamViewSpec) -> str | None:
+    """Why the job would skip this parsed JSON value (its first failing check), or None."""
+    if not isinstance(event, dict):
+        return "not a JSON object"
+    key = event.get(spec.join_key)
+    if key is None:
+        return "missing or null entity key"
+    if not isinstance(key, int) or isinstance(key, bool):
+        return "entity key is not an integer"
+    stamp = event.get(spec.timestamp_field)
+    if stamp is None:
+        return "missing or null event timestamp"
+    if not isinstance(stamp, int | str) or isinstance(stamp, bool):
+        return "not an RFC 3339 timestamp or epoch milliseconds"
+    for name, arrow_type in json_fields(spec).items():
+        value = event.get(name)
+        if name in (spec.join_key, spec.timestamp_field) or value is None:
+            continue
+        if pa.types.is_string(arrow_type):
+            ok = isinstance(value, str)
+        elif pa.types.is_boolean(arrow_type):
+            ok = isinstance(value, bool)
+        elif pa.types.is_integer(arrow_type):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok:
+            return f"not a valid {name} ({arrow_type})"
+    return None
+
+
+def history_root(repo_path: str | Path, offline_path: str | None = None) -> str:
+    """The job's per-event history root: ``--offline-path``, else ``<repo>/data/offline``."""
+    return offline_path or f"{Path(repo_path).resolve()}/data/offline"
+
+
+def has_history(root: str, view: str) -> bool:
+    """Whether the stream job has written history of ``view`` under ``root`` (a local path)."""
+    return any(Path(root, view).glob("batch=*/*.parquet"))
+
+
+def history(root: str, spec: StreamViewSpec) -> pa.Table:
+    """The stream job's per-event features of ``spec``: join key, ``event_ns``, ``batch``, features.
+
+    Rows are sorted by batch; ``event_ns`` (int64 epoch ns) comes from the
+    view's timestamp field, which the job stores at microsecond precision.
+    """
+    from featureflow.spark.offline_sink import read_history
+
+    table = read_history(root, spec.name)
+    if table.num_rows == 0:
+        msg = f"no history of view {spec.name!r} under {root}: run the stream job first (make demo)"
+        raise RepoError(msg)
+    stamps = table.column(spec.timestamp_field).cast(pa.timestamp("ns", "UTC")).cast(pa.int64())
+    columns = {
+        spec.join_key: table.column(spec.join_key).cast(pa.int64()),
+        EVENT_NS: stamps,
+        BATCH: table.column(BATCH).cast(pa.int64()),
+    }
+    columns.update({name: table.column(name) for name in spec.feature_names})
+    result = pa.table(columns)
+    return result.take(pc.sort_indices(result, [(BATCH, "ascending")]))
