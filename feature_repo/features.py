@@ -8,6 +8,10 @@ Events arrive on the Kafka topic ``transactions`` as JSON objects::
 ``user_txn_stats`` declares rolling aggregates of ``amount`` per user; Feast
 names each output ``{function}_{column}_{seconds}s`` (``sum_amount_3600s``).
 featureflow computes them with the frame ``[t - window, t]`` in event time.
+
+``user_sessions`` is a session view (tag ``featureflow.window: session``, see
+docs/session-views.md): a user's events form one session while each follows the
+previous one within 30 minutes; its features describe the user's latest session.
 """
 
 from datetime import timedelta
@@ -15,7 +19,7 @@ from datetime import timedelta
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView
 from feast.aggregation import Aggregation
 from feast.data_format import JsonFormat
-from feast.types import Float64, Int64
+from feast.types import Float64, Int64, UnixTimestamp
 from feast.value_type import ValueType
 
 TXN_WINDOWS = (timedelta(minutes=10), timedelta(hours=1), timedelta(hours=24))
@@ -77,4 +81,40 @@ user_txn_stats = StreamFeatureView(
     aggregations=_TXN_AGGREGATIONS,
     online=True,
     tags={"schema_version": "1.0.0", "owner": "featureflow"},
+)
+
+
+SESSION_GAP = timedelta(minutes=30)
+
+# In a session view every Aggregation's time_window is the session gap and its
+# ``name`` is the feature: the aggregate over all events of the session.
+_SESSION_AGGREGATIONS = [
+    Aggregation(column="amount", function=function, time_window=SESSION_GAP, name=feature)
+    for function, feature in (
+        ("count", "session_events"),
+        ("sum", "session_amount_sum"),
+        ("mean", "session_amount_mean"),
+        ("max", "session_amount_max"),
+    )
+]
+
+user_sessions = StreamFeatureView(
+    name="user_sessions",
+    source=transactions_stream,
+    entities=[user],
+    ttl=timedelta(days=2),
+    mode="spark",
+    timestamp_field="event_timestamp",
+    schema=[
+        Field(name="user_id", dtype=Int64),
+        Field(name="session_start", dtype=UnixTimestamp),
+        Field(name="session_duration_s", dtype=Float64),
+        Field(name="session_events", dtype=Int64),
+        Field(name="session_amount_sum", dtype=Float64),
+        Field(name="session_amount_mean", dtype=Float64),
+        Field(name="session_amount_max", dtype=Float64),
+    ],
+    aggregations=_SESSION_AGGREGATIONS,
+    online=True,
+    tags={"featureflow.window": "session", "schema_version": "1.0.0", "owner": "featureflow"},
 )

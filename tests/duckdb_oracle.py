@@ -84,3 +84,54 @@ def latest_features(events: pa.Table) -> dict[int, dict[str, float | None]]:
         """
     ).fetchall()
     return {row[0]: dict(zip(FEATURE_NAMES, row[1:], strict=True)) for row in rows}
+
+
+SESSION_GAP_S = 1_800
+SESSION_AGGREGATES = {  # feature: (featureflow function, DuckDB expression)
+    "session_events": ("count", "count(amount)"),
+    "session_amount_sum": ("sum", "sum(amount)"),
+    "session_amount_mean": ("mean", "avg(amount)"),
+    "session_amount_max": ("max", "max(amount)"),
+}
+SESSIONS_SPEC = StreamViewSpec(
+    name="user_sessions",
+    join_key="user_id",
+    timestamp_field="event_timestamp",
+    topic="transactions",
+    bootstrap_servers="127.0.0.1:9092",
+    json_schema="user_id long, amount double, merchant string, event_timestamp string",
+    watermark_ns=0,
+    aggregations=tuple(
+        AggregationSpec("amount", function, SESSION_GAP_S * 10**9, name)
+        for name, (function, _) in SESSION_AGGREGATES.items()
+    ),
+    session_gap_ns=SESSION_GAP_S * 10**9,
+)
+"""The example repo's ``user_sessions`` as the job sees it (without a watermark)."""
+
+
+def sessions(events: pa.Table, gap_s: int = SESSION_GAP_S) -> pa.Table:
+    """Gaps and islands: an event more than ``gap`` after its predecessor opens a session.
+
+    With a constant gap this is Spark's ``session_window`` (an event at exactly
+    the previous event + gap joins). Columns: user_id, start_ns, last_ns, the
+    session features; sorted by user_id, start_ns.
+    """
+    aggregates = ", ".join(f"{sql} AS {name}" for name, (_, sql) in SESSION_AGGREGATES.items())
+    con = duckdb.connect()
+    con.register("events", events)
+    return con.sql(
+        f"""
+        WITH marked AS (
+          SELECT *, CASE WHEN event_ns - lag(event_ns) OVER w > {gap_s * 10**9}
+                         OR lag(event_ns) OVER w IS NULL THEN 1 ELSE 0 END AS opens
+          FROM events WINDOW w AS (PARTITION BY user_id ORDER BY event_ns)
+        ), numbered AS (
+          SELECT *, sum(opens) OVER (PARTITION BY user_id ORDER BY event_ns
+                                     ROWS UNBOUNDED PRECEDING) AS session
+          FROM marked
+        )
+        SELECT user_id, min(event_ns) AS start_ns, max(event_ns) AS last_ns, {aggregates}
+        FROM numbered GROUP BY user_id, session ORDER BY user_id, start_ns
+        """
+    ).to_arrow_table()

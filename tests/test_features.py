@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import duckdb_oracle
 import numpy as np
 import pyarrow as pa
 import pytest
-from duckdb_oracle import END_NS, EXAMPLE_SPEC, events_table, per_event_features
+from duckdb_oracle import END_NS, EXAMPLE_SPEC, SESSIONS_SPEC, events_table, per_event_features
 
 from featureflow import features
 from featureflow.events import sample
+from featureflow.repo import SESSION_DURATION, SESSION_START
 
 
 def _assert_close(actual: pa.ChunkedArray, expected: pa.ChunkedArray, name: str) -> None:
@@ -40,3 +42,42 @@ def test_latest_per_entity_takes_the_latest_event_and_the_later_row_on_ties() ->
     )
     latest = features.latest_per_entity(table, "user_id")
     assert latest.to_pydict() == {"user_id": [1, 2], "event_ns": [9, 1], "value": [40, 20]}
+
+
+@pytest.mark.parametrize(("n", "users", "seed"), [(3000, 40, 4), (400, 2, 5), (1, 1, 6)])
+def test_session_features_equal_duckdb_gaps_and_islands(n: int, users: int, seed: int) -> None:
+    events = events_table(sample.generate(n, users=users, seed=seed, end_ns=END_NS))
+    ours = features.session_features(events, SESSIONS_SPEC)
+    oracle = duckdb_oracle.sessions(events)
+    assert ours.num_rows == oracle.num_rows
+    assert ours.column("user_id").to_pylist() == oracle.column("user_id").to_pylist()
+    assert ours.column("event_ns").to_pylist() == oracle.column("last_ns").to_pylist()
+    start_us = ours.column(SESSION_START).cast(pa.int64()).to_numpy()
+    np.testing.assert_array_equal(start_us * 1_000, oracle.column("start_ns").to_numpy())
+    duration = (oracle.column("last_ns").to_numpy() - oracle.column("start_ns").to_numpy()) / 1e9
+    np.testing.assert_allclose(ours.column(SESSION_DURATION).to_numpy(), duration)
+    for name in duckdb_oracle.SESSION_AGGREGATES:
+        _assert_close(ours.column(name), oracle.column(name), name)
+
+
+def test_an_event_exactly_one_gap_after_the_last_joins_the_session() -> None:
+    gap = SESSIONS_SPEC.session_gap_ns
+    assert gap is not None
+    events = pa.table(
+        {
+            "user_id": [7, 7, 7, 7],
+            "event_ns": [0, gap, 2 * gap + 1, 2 * gap + 1],
+            "amount": [1.0, None, 2.0, 4.0],
+        }
+    )
+    out = features.session_features(events, SESSIONS_SPEC).to_pydict()
+    assert out["event_ns"] == [gap, 2 * gap + 1]
+    assert out["session_events"] == [1, 2]  # count skips the null amount
+    assert out["session_amount_max"] == [1.0, 4.0]
+    assert out[SESSION_DURATION] == [gap / 1e9, 0.0]
+
+
+def test_a_session_view_has_no_per_event_rolling_features() -> None:
+    with pytest.raises(ValueError, match="session view"):
+        features.event_features(pa.table({"user_id": [1], "event_ns": [1], "amount": [1.0]}),
+                                SESSIONS_SPEC)  # fmt: skip

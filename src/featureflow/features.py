@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from featureflow import ops
-from featureflow.repo import StreamViewSpec
+from featureflow.repo import SESSION_DURATION, SESSION_START, AggregationSpec, StreamViewSpec
 
 
 def _window_label(window_ns: int) -> str:
@@ -23,11 +23,12 @@ def _window_label(window_ns: int) -> str:
 def event_features(
     events: pa.Table, spec: StreamViewSpec, *, event_ns_column: str = "event_ns"
 ) -> pa.Table:
-    """Every aggregation of ``spec`` for every event, in input order.
+    """Every aggregation of ``spec`` (a rolling view) for every event, in input order.
 
     The value of an aggregation with window W at an event of time t covers
     the events of the same entity with time in ``[t - W, t]`` (ns, both ends
-    included; equal times are in each other's frame).
+    included; equal times are in each other's frame). A tiled view
+    (``spec.tile_hop_ns``) uses the sawtooth frame ``[floor((t - W) / hop) * hop, t]``.
 
     Args:
         events: one row per event: ``spec.join_key`` (int64), ``event_ns_column``
@@ -36,24 +37,82 @@ def event_features(
         Columns ``spec.join_key``, ``event_ns_column``, then one column per
         aggregation named by Feast (``sum_amount_3600s``), in ``spec`` order.
     """
+    if spec.is_session_view:
+        msg = f"{spec.name!r} is a session view: use session_features()"
+        raise ValueError(msg)
     keys = events.column(spec.join_key)
     ts = events.column(event_ns_column)
-    by_column: dict[str, list[int]] = defaultdict(list)
-    for index, aggregation in enumerate(spec.aggregations):
-        by_column[aggregation.column].append(index)
     outputs: dict[str, pa.ChunkedArray | pa.Array] = {}
-    for column, indices in by_column.items():
-        wanted = [spec.aggregations[i] for i in indices]
+    for column, wanted in _aggregations_by_column(spec).items():
         windows = sorted({agg.window_ns for agg in wanted})
         functions = list(dict.fromkeys(agg.function for agg in wanted))
         computed = ops.rolling(
-            ts, events.column(column), [_window_label(w) for w in windows], functions, keys=keys
+            ts,
+            events.column(column),
+            [_window_label(w) for w in windows],
+            functions,
+            keys=keys,
+            hop=spec.tile_hop_ns,
         )
         for aggregation in wanted:
             outputs[aggregation.output_name] = computed.column(
                 f"{aggregation.function}_{_window_label(aggregation.window_ns)}"
             )
     columns = {spec.join_key: keys, event_ns_column: ts}
+    columns.update({agg.output_name: outputs[agg.output_name] for agg in spec.aggregations})
+    return pa.table(columns)
+
+
+def _aggregations_by_column(spec: StreamViewSpec) -> dict[str, list[AggregationSpec]]:
+    """The view's aggregations grouped by the event column they read (first-use order)."""
+    by_column: dict[str, list[AggregationSpec]] = defaultdict(list)
+    for aggregation in spec.aggregations:
+        by_column[aggregation.column].append(aggregation)
+    return by_column
+
+
+def session_features(
+    events: pa.Table, spec: StreamViewSpec, *, event_ns_column: str = "event_ns"
+) -> pa.Table:
+    """Every session of a session view's events, with its aggregations.
+
+    Sessions follow :func:`featureflow.ops.sessions` (Spark's ``session_window``):
+    per entity in time order, an event joins the open session when its time is
+    <= the session's last event time + ``spec.session_gap_ns``; otherwise it
+    opens a new session. Input rows may come in any order.
+
+    Returns:
+        One row per session, sorted by entity then session start: the join key,
+        ``event_ns_column`` (time of the session's last event, int64 ns: the time
+        its features are as of), :data:`SESSION_START` (timestamp[us, UTC]),
+        :data:`SESSION_DURATION` (last minus first event time, float seconds),
+        then one column per aggregation (Feast's name), in ``spec`` order.
+    """
+    if spec.session_gap_ns is None:
+        msg = f"{spec.name!r} is not a session view: use event_features()"
+        raise ValueError(msg)
+    keys = events.column(spec.join_key)
+    ts = events.column(event_ns_column)
+    leading: pa.Table | None = None
+    outputs: dict[str, pa.ChunkedArray] = {}
+    for column, wanted in _aggregations_by_column(spec).items():
+        functions = list(dict.fromkeys(agg.function for agg in wanted))
+        computed = ops.sessions(ts, events.column(column), spec.session_gap_ns, functions, keys)
+        # Session bounds depend on keys and times only, so every column's are the same.
+        leading = leading or computed
+        for aggregation in wanted:
+            outputs[aggregation.output_name] = computed.column(aggregation.function)
+    if leading is None:
+        msg = f"session view {spec.name!r} declares no aggregations"
+        raise ValueError(msg)
+    start_ns = leading.column("session_start").cast(pa.int64()).to_numpy()
+    last_ns = leading.column("session_end").cast(pa.int64()).to_numpy() - spec.session_gap_ns
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        spec.join_key: leading.column("key").cast(keys.type),
+        event_ns_column: pa.array(last_ns, pa.int64()),
+        SESSION_START: pa.array(start_ns // 1_000, pa.timestamp("us", tz="UTC")),
+        SESSION_DURATION: pa.array((last_ns - start_ns) / 1e9, pa.float64()),
+    }
     columns.update({agg.output_name: outputs[agg.output_name] for agg in spec.aggregations})
     return pa.table(columns)
 

@@ -18,6 +18,20 @@ if TYPE_CHECKING:
 
 NS_PER_S = 1_000_000_000
 
+SESSION_TAG = "featureflow.window"
+"""Tag that makes a StreamFeatureView a session view: ``{SESSION_TAG: "session"}``.
+
+Feast has no session windows, so a session view is declared with Feast's own
+objects: every ``Aggregation``'s ``time_window`` is the session gap (the same for
+all), its ``name`` the feature, and the schema also declares the two fields every
+session view gets, :data:`SESSION_START` and :data:`SESSION_DURATION`."""
+
+SESSION_START = "session_start"
+"""Feature of a session view: time of the session's first event (timestamp, UTC)."""
+
+SESSION_DURATION = "session_duration_s"
+"""Feature of a session view: last event time minus first event time, seconds (float)."""
+
 # Feast aggregation function -> featureflow.ops aggregation.
 _OPS_AGGREGATIONS = {
     "count": "count",
@@ -59,6 +73,28 @@ class StreamViewSpec:
     json_schema: str  # Spark DDL of the JSON events, e.g. "user_id long, amount double, ..."
     watermark_ns: int
     aggregations: tuple[AggregationSpec, ...]
+    tile_hop_ns: int | None = None
+    """Feast's ``tiling_hop_size`` when the view sets ``enable_tiling``: the frame of an
+    event at ``t`` becomes the sawtooth ``[floor((t - W) / hop) * hop, t]`` (ns)."""
+    session_gap_ns: int | None = None
+    """Set for a session view (tag ``featureflow.window: session``): the inactivity gap
+    (ns) that closes a session; its aggregations cover whole sessions, not windows."""
+
+    @property
+    def is_session_view(self) -> bool:
+        return self.session_gap_ns is not None
+
+    @property
+    def state_horizon_ns(self) -> int:
+        """How far before the watermark the events of a future frame can reach (ns).
+
+        Rolling views: the largest window (a tiled frame starts up to one hop
+        earlier). Session views: unbounded in principle, so session state is kept
+        per open session instead (see :mod:`featureflow.spark.sessions_sink`).
+        """
+        if self.session_gap_ns is not None:
+            return self.session_gap_ns
+        return max(self.windows_ns) + (self.tile_hop_ns or 0)
 
     @property
     def windows_ns(self) -> tuple[int, ...]:
@@ -72,7 +108,8 @@ class StreamViewSpec:
 
     @property
     def feature_names(self) -> tuple[str, ...]:
-        return tuple(agg.output_name for agg in self.aggregations)
+        names = tuple(agg.output_name for agg in self.aggregations)
+        return (SESSION_START, SESSION_DURATION, *names) if self.is_session_view else names
 
 
 def _json_schema(view_name: str, message_format: object) -> str:
@@ -142,6 +179,7 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
     kafka = source.kafka_options
     watermark = kafka.watermark_delay_threshold
     return StreamViewSpec(
+        **_window_kind(view, aggregations),
         name=view.name,
         join_key=join_keys[0],
         timestamp_field=view.timestamp_field or source.timestamp_field,
@@ -151,6 +189,41 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
         watermark_ns=round(watermark.total_seconds() * NS_PER_S) if watermark else 0,
         aggregations=tuple(aggregations),
     )
+
+
+def _window_kind(
+    view: StreamFeatureView, aggregations: list[AggregationSpec]
+) -> dict[str, int | None]:
+    """``tile_hop_ns`` / ``session_gap_ns`` of the view, checked for consistency."""
+    kind = (view.tags or {}).get(SESSION_TAG, "rolling")
+    if kind == "rolling":
+        hop = view.tiling_hop_size if view.enable_tiling else None
+        if hop is not None and hop.total_seconds() <= 0:
+            msg = f"stream view {view.name!r}: tiling_hop_size must be positive, got {hop}"
+            raise RepoError(msg)
+        return {"tile_hop_ns": round(hop.total_seconds() * NS_PER_S) if hop else None}
+    if kind != "session":
+        msg = (
+            f"stream view {view.name!r}: tag {SESSION_TAG}={kind!r} is unknown; "
+            "use 'session' or leave the tag out (rolling windows)"
+        )
+        raise RepoError(msg)
+    gaps = {agg.window_ns for agg in aggregations}
+    if len(gaps) != 1:
+        msg = (
+            f"stream view {view.name!r} is a session view: every aggregation's time_window is "
+            f"the session gap and must be the same, got {sorted(gaps)} ns"
+        )
+        raise RepoError(msg)
+    declared = {field.name for field in view.schema}
+    missing = [name for name in (SESSION_START, SESSION_DURATION) if name not in declared]
+    if missing:
+        msg = f"stream view {view.name!r} is a session view: declare the fields {missing}"
+        raise RepoError(msg)
+    if view.enable_tiling:
+        msg = f"stream view {view.name!r}: a session view can't be tiled (enable_tiling=True)"
+        raise RepoError(msg)
+    return {"session_gap_ns": gaps.pop()}
 
 
 def stream_view_specs(store: FeatureStore, names: list[str] | None = None) -> list[StreamViewSpec]:

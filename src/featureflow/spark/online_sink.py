@@ -2,9 +2,10 @@
 
 Runs inside ``mapInArrow`` on Spark's Python workers: it receives the Arrow
 record batches of one partition (all events of the entities hashed to it),
-computes the view's features with :mod:`featureflow.features` (Mojo kernels
-reading the Arrow buffers in place), and upserts the latest row per entity
-into the online store. It yields one small stats row per partition.
+computes the view's rolling or session features with :mod:`featureflow.features`
+(Mojo kernels reading the Arrow buffers in place), upserts the latest row per
+entity into the online store and appends the history to the offline log. It
+yields one small stats row per partition.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow import features, ops
-from featureflow.repo import StreamViewSpec
+from featureflow.repo import SESSION_START, StreamViewSpec
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.parse import EVENT_NS
@@ -83,24 +85,76 @@ def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> N
     online.write(store, spec.name, rows)
 
 
+def rolling_outputs(
+    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Rolling (or tiled) view: (online rows, offline history, state to keep).
+
+    ``events`` are the partition's state followed by its ``new_rows`` new events.
+    Online: the touched entities as of their latest event; offline: every new
+    event's features; state: the events a frame of a future on-time event (time
+    >= ``watermark_ns``) can reach, i.e. those at or after ``watermark - W`` (a
+    tiled frame starts at ``floor((t - W) / hop) * hop``, so that bound is floored
+    to a whole hop).
+    """
+    per_event = features.event_features(events, spec)
+    new_events = events.slice(events.num_rows - new_rows)
+    rows = online_rows(per_event, spec, entities=new_events.column(spec.join_key))
+    history = with_event_timestamp(per_event.slice(events.num_rows - new_rows), spec)
+    keep_from_ns = watermark_ns - max(spec.windows_ns)
+    if spec.tile_hop_ns:
+        keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
+    kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
+    return rows, history, kept
+
+
+def session_outputs(
+    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Session view: (online rows, offline history, state to keep).
+
+    A session is final once the watermark passes its end (last event + gap <
+    ``watermark_ns``): no event the job still accepts can join it. Online: each
+    touched entity's latest session, open or not, updated every batch; offline:
+    the sessions that closed in this batch (each session exactly once, since a
+    closed session's events leave the state); state: the events of open sessions.
+    """
+    assert spec.session_gap_ns is not None
+    sessions = features.session_features(events, spec)
+    new_keys = events.column(spec.join_key).slice(events.num_rows - new_rows)
+    rows = online_rows(sessions, spec, entities=new_keys) if new_rows else sessions.slice(0, 0)
+    last_ns = sessions.column(EVENT_NS)
+    closed = pc.less(pc.add(last_ns, spec.session_gap_ns), watermark_ns)
+    history = with_event_timestamp(sessions.filter(closed), spec)
+    open_sessions = sessions.filter(pc.invert(closed))
+    # Keep an event when its entity has an open session that started at or before it.
+    starts = open_sessions.column(SESSION_START).cast(pa.int64()).to_numpy() * 1_000
+    at = pc.index_in(events.column(spec.join_key), open_sessions.column(spec.join_key))
+    has_open = pc.is_valid(at).to_numpy(zero_copy_only=False)
+    start_of_event = np.full(events.num_rows, np.iinfo(np.int64).max, dtype=np.int64)
+    start_of_event[has_open] = starts[at.filter(pc.is_valid(at)).to_numpy()]
+    kept = events.filter(pa.array(events.column(EVENT_NS).to_numpy() >= start_of_event))
+    return rows, history, kept
+
+
 @dataclass(frozen=True)
 class OnlineFeatureWriter:
     """``mapInArrow`` function of batch ``batch_id``: one partition's features -> online store.
 
     The partition's events from earlier batches (its ``state``) and the new
-    ones are computed together, so windows span micro-batches; the entities
-    of the new events get their features as of their latest event (online
-    store), and every new event its features (``offline`` training history). Afterwards
-    the state keeps the events at or after ``keep_from_ns`` (the oldest that a
-    frame of a future on-time event can reach). With a ``feature_schema`` every
-    batch's Arrow schema passes the schema gate before anything is written.
+    ones are computed together, so windows and sessions span micro-batches
+    (:func:`rolling_outputs`, :func:`session_outputs`); the online rows go to
+    the online store, the history to the ``offline`` log, and the state keeps
+    what future on-time events (time >= ``watermark_ns``) still need. With a
+    ``feature_schema`` every batch's Arrow schema passes the schema gate before
+    anything is written.
     """
 
     spec: StreamViewSpec
     repo_path: str
     batch_id: int
     state: StateStore
-    keep_from_ns: int
+    watermark_ns: int
     offline: OfflineFeatureLog
     feature_schema: FeatureSchema | None = None
 
@@ -108,36 +162,38 @@ class OnlineFeatureWriter:
         from pyspark import TaskContext
 
         received = [batch for batch in batches if batch.num_rows]
-        if not received:
+        # A session view also runs without new events: the watermark may close sessions.
+        if not received and not self.spec.is_session_view:
             return  # nothing new: the newest state version stays valid
         context = TaskContext.get()
         assert context is not None, "runs inside a Spark task"
         partition = context.partitionId()
-        new_events = pa.Table.from_batches(received)
         prior = self.state.load_events(partition, before_batch=self.batch_id)
-        events = (
-            new_events
-            if prior is None
-            else pa.concat_tables([prior, new_events.cast(prior.schema)])
-        )
-        per_event = features.event_features(events, self.spec)
-        rows = online_rows(per_event, self.spec, entities=new_events.column(self.spec.join_key))
-        history = with_event_timestamp(
-            per_event.slice(events.num_rows - new_events.num_rows), self.spec
-        )
+        if not received and prior is None:
+            return
+        new_events = pa.Table.from_batches(received) if received else None
+        parts = [table for table in (prior, new_events) if table is not None]
+        events = pa.concat_tables([parts[0], *(t.cast(parts[0].schema) for t in parts[1:])])
+        new_rows = 0 if new_events is None else new_events.num_rows
+        outputs = session_outputs if self.spec.is_session_view else rolling_outputs
+        rows, history, kept = outputs(events, new_rows, self.spec, self.watermark_ns)
+        if not new_rows and not history.num_rows:
+            return  # no session closed: the newest state version stays valid
         if self.feature_schema is not None:
             from featureflow.schema import check_batch
 
             check_batch(rows.schema, self.feature_schema)
             check_batch(history.schema, self.feature_schema)
-        write_online(_store(str(Path(self.repo_path))), self.spec, rows)
-        freshness = freshness_histogram(new_events.column(EVENT_NS).to_numpy(), time.time_ns())
-        self.offline.write(self.batch_id, partition, history)
-        kept = events.filter(pc.greater_equal(events.column(EVENT_NS), self.keep_from_ns))
+        if rows.num_rows:
+            write_online(_store(str(Path(self.repo_path))), self.spec, rows)
+        new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
+        freshness = freshness_histogram(new_ns, time.time_ns())
+        if history.num_rows:
+            self.offline.write(self.batch_id, partition, history)
         self.state.save_events(partition, self.batch_id, kept)
         yield pa.RecordBatch.from_pydict(
             {
-                "rows": [new_events.num_rows],
+                "rows": [new_rows],
                 "entities": [rows.num_rows],
                 "state_rows": [kept.num_rows],
                 "backend": [ops.backend()],

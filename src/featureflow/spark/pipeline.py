@@ -123,18 +123,16 @@ class MicroBatchProcessor:
             batch_max_ns = good.agg(F.max(EVENT_NS).alias("max_ns")).collect()[0]["max_ns"]
             if batch_max_ns is not None:
                 seen_max_ns = max(batch_max_ns, seen_max_ns or batch_max_ns)
-            # Events older than this can't fall in the frame of a future on-time event.
-            keep_from_ns = (
-                seen_max_ns - self.spec.watermark_ns - max(self.spec.windows_ns)
-                if seen_max_ns is not None
-                else 0
+            # What the next batch accepts: older events are dead letters (late).
+            next_watermark_ns = (
+                seen_max_ns - self.spec.watermark_ns if seen_max_ns is not None else 0
             )
             writer = OnlineFeatureWriter(
                 self.spec,
                 self.repo_path,
                 batch_id,
                 self.state,
-                keep_from_ns,
+                next_watermark_ns,
                 OfflineFeatureLog(
                     self.options.offline_path or f"{self.repo_path}/data/offline", self.spec.name
                 ),
