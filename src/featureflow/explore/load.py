@@ -14,7 +14,9 @@ Nothing here computes features: see :mod:`featureflow.explore.compute`.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,7 @@ from featureflow.repo import StreamViewSpec, load_store, stream_view_spec, strea
 
 if TYPE_CHECKING:
     import pandas as pd
+    from feast import StreamFeatureView
 
 EVENT_NS = "event_ns"
 """Column of every loaded table: event time, int64 epoch nanoseconds (UTC)."""
@@ -108,13 +111,36 @@ def view_spec(repo_path: str | Path, name: str) -> StreamViewSpec:
     except RepoError:
         if any(view.name == name for view in store.list_stream_feature_views()):
             raise
-    from feast.repo_operations import parse_repo
-
-    views = {view.name: view for view in parse_repo(Path(store.repo_path)).stream_feature_views}
+    views = {view.name: view for view in _repo_definitions(Path(store.repo_path))}
     if name not in views:
         msg = f"no stream feature view named {name!r} in {store.repo_path}; it has {sorted(views)}"
         raise RepoError(msg)
     return stream_view_spec(views[name])
+
+
+def _repo_definitions(repo: Path) -> list[StreamFeatureView]:
+    """The stream views a repo's Python files define, parsed by Feast as ``feast apply`` does.
+
+    Feast imports each file as a module named by its path relative to the
+    working directory, so this runs in ``repo`` with ``repo`` on ``sys.path``.
+    """
+    from feast.repo_operations import parse_repo
+
+    before = set(sys.modules)
+    sys.path.insert(0, str(repo))
+    try:
+        with contextlib.chdir(repo):
+            return list(parse_repo(repo).stream_feature_views)
+    finally:
+        sys.path.remove(str(repo))
+        # Forget the repo's modules ("features"), so another repo's files load afresh.
+        for module in [m for m in set(sys.modules) - before if _defined_in(m, repo)]:
+            del sys.modules[module]
+
+
+def _defined_in(module: str, repo: Path) -> bool:
+    path = getattr(sys.modules.get(module), "__file__", None) or ""
+    return path.startswith(f"{repo}/")
 
 
 def from_generator(
