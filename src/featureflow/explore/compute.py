@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from featureflow import ops
 from featureflow.errors import EventError
 from featureflow.explore.load import EVENT_NS, with_event_time
-from featureflow.features import event_features
+from featureflow.features import event_features, session_features
 from featureflow.repo import StreamViewSpec
 
 if TYPE_CHECKING:
@@ -33,13 +33,17 @@ def _require(events: pa.Table, *columns: str) -> None:
 
 
 def view_features(events: pa.Table, spec: StreamViewSpec) -> pa.Table:
-    """Every feature of the view for every event, in input order (what the job computes).
+    """The view's features as the job computes them.
 
     Returns:
-        The join key, ``event_ns`` and one column per feature (Feast's names,
-        e.g. ``sum_amount_3600s``).
+        A rolling (or tiled) view: one row per event, in input order — the
+        join key, ``event_ns`` and one column per feature (Feast's names, e.g.
+        ``sum_amount_3600s``). A session view: one row per session
+        (:func:`featureflow.features.session_features`).
     """
     _require(events, spec.join_key, EVENT_NS, *spec.value_columns)
+    if spec.is_session_view:
+        return session_features(events, spec, event_ns_column=EVENT_NS)
     return event_features(events, spec, event_ns_column=EVENT_NS)
 
 

@@ -102,6 +102,9 @@ def check_no_skew(
     """
     import pandas as pd
 
+    if spec.is_session_view:
+        msg = f"{spec.name!r} is a session view: the per-event check covers rolling views only"
+        raise SkewError(msg)
     loaded = pd.DataFrame(
         {
             "key": events.column(spec.join_key).to_numpy(),
