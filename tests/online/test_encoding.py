@@ -121,3 +121,15 @@ def test_decode_timestamps_reads_protobufs(micros: list[int | None]) -> None:
     seconds, nanos = decode_timestamps(B.from_arrow(pa.array(blobs, pa.binary())))
     expected = [divmod(us, 1_000_000) if us is not None else (0, 0) for us in micros]
     assert list(zip(seconds.tolist(), (nanos // 1_000).tolist(), strict=True)) == expected
+
+
+_LAYOUT_EDGES = [0.0, -0.0, 1.0, -7.0, 1e-4, 9.999e-5, 1e-5, 0.1 + 0.2, 1e15, 1.5e15,
+                 999999999999999.9, 2.0**53, 2.0**53 + 2, 1e16, 1e22, 5e-324, 1.7e308,
+                 float("inf"), float("-inf"), 123456789012345.0, 12345678901234.5]
+
+
+@given(st.lists(st.one_of(st.floats(allow_nan=False), st.sampled_from(_LAYOUT_EDGES),
+                          st.integers(-(2**60), 2**60).map(float)), min_size=1, max_size=40))
+def test_float_reprs_are_pythons(values: list[float]) -> None:
+    # Feast's value_text is str(float): Arrow's text is only kept where the layout matches
+    assert E.float_reprs(pa.array(values, pa.float64())).to_pylist() == list(map(repr, values))

@@ -222,18 +222,46 @@ def value_texts(arr: pa.Array, value_type: ValueType) -> list[str | None]:
     if value_type == ValueType.STRING:
         return arr.to_pylist()
     if value_type in (ValueType.FLOAT, ValueType.DOUBLE):
-        numbers = arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
-        texts: list[str | None] = list(map(float.__repr__, numbers.tolist()))
+        texts = float_reprs(arr.fill_null(0).cast(pa.float64()))
     elif value_type in (ValueType.INT32, ValueType.INT64):
-        texts = list(map(int.__repr__, arr.fill_null(0).to_numpy(zero_copy_only=False).tolist()))
+        texts = arr.fill_null(0).cast(pa.string())
     elif value_type == ValueType.BOOL:
-        flags = arr.fill_null(False).to_numpy(zero_copy_only=False)
-        texts = np.where(flags, "True", "False").tolist()
+        texts = pc.if_else(arr.fill_null(False), "True", "False")
     else:
         return [None] * n
-    for i in np.flatnonzero(null_mask(arr)).tolist():
-        texts[i] = None
-    return texts
+    missing = null_mask(arr)
+    if missing.any():
+        texts = pc.if_else(pa.array(missing), pa.scalar(None, pa.string()), texts)
+    return texts.to_pylist()
+
+
+def float_reprs(values: pa.Array) -> pa.Array:
+    """Python's ``repr`` of each float64, built by Arrow (no Python per value).
+
+    Arrow and Python both print the shortest digits that round-trip; they differ
+    only in layout: Python uses fixed notation for 1e-4 <= |x| < 1e16 and ends
+    whole numbers with ``.0``, Arrow picks whichever notation is shorter. Arrow's
+    text is kept where it already has Python's layout, whole numbers below 2**53
+    are printed as integers plus ``.0``, and the few others (-0.0, inf, tiny or
+    huge numbers) go through ``float.__repr__``.
+    """
+    x = values.to_numpy(zero_copy_only=False)
+    arrow_text = pc.cast(values, pa.string())
+    magnitude = np.abs(x)
+    with np.errstate(invalid="ignore"):
+        fixed_range = (magnitude >= 1e-4) & (magnitude < 1e16)
+        whole = (np.floor(x) == x) & (magnitude < 2.0**53) & ~((x == 0) & np.signbit(x))
+    has_point = pc.match_substring(arrow_text, ".").to_numpy(zero_copy_only=False)
+    has_exp = pc.match_substring(arrow_text, "e").to_numpy(zero_copy_only=False)
+    as_is = fixed_range & has_point & ~has_exp & ~whole
+    whole_text = pc.binary_join_element_wise(
+        pc.cast(pa.array(np.where(whole, x, 0).astype(np.int64)), pa.string()), ".0", "")
+    texts = pc.if_else(pa.array(whole), whole_text, arrow_text)
+    other = np.flatnonzero(~(as_is | whole))
+    if len(other) == 0:
+        return texts
+    python_text = [float.__repr__(v) for v in x[other].tolist()]
+    return pc.replace_with_mask(texts, pa.array(~(as_is | whole)), pa.array(python_text))
 
 
 # --- timestamps --------------------------------------------------------------------------
