@@ -165,3 +165,29 @@ def test_redis_concurrent_newer_write_is_not_overwritten(
     assert len(calls) == 3  # our first decision, the racing write's, our retry
     assert (stats.written, stats.skipped) == (2, 1)
     assert read(store, [0, 1, 2], ["amount"])["amount"] == [5.0, 9.0, 5.0]
+
+
+def test_redis_race_in_a_chunk_with_the_next_chunk_already_watched(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The WATCH and read of the next chunk travel with the current chunk's EXEC; an
+    aborted EXEC must drop that pipelined WATCH, re-decide the chunk, and go on."""
+    import featureflow.online.redis as redis_writer
+
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    n = 2 * CHUNK + 5
+    real_decode = redis_writer.decode_timestamps
+    calls: list[int] = []
+
+    def decode_then_race(stored):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 1:  # first chunk decided: another writer stores entity 1
+            write(store, VIEW, _table(range(1, 2), 9_000, 9.0))
+        return real_decode(stored)
+
+    monkeypatch.setattr(redis_writer, "decode_timestamps", decode_then_race)
+    stats = write(store, VIEW, _table(range(n), 5_000, 5.0))
+    assert len(calls) == 5  # chunk 0, the racing write, chunk 0 again, chunks 1 and 2
+    assert (stats.written, stats.skipped) == (n - 1, 1)
+    got = read(store, [0, 1, 2, CHUNK, n - 1], ["amount"])["amount"]
+    assert got == [5.0, 9.0, 5.0, 5.0, 5.0]
