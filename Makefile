@@ -67,7 +67,9 @@ demo: setup
 	grep -E 'INFO featureflow|WARNING featureflow' .featureflow/demo-job.log | cut -c1-200; \
 	$(FF) online show --repo feature_repo --view user_txn_stats --keys 1 2 3 4 5 10 50 \
 	  --features count_amount_600s sum_amount_600s count_amount_3600s sum_amount_3600s \
-	             mean_amount_86400s max_amount_86400s std_amount_86400s
+	             mean_amount_86400s max_amount_86400s std_amount_86400s; \
+	$(FF) online show --repo feature_repo --view user_sessions --keys 1 2 3 4 5 10 50 \
+	  --features session_start session_duration_s session_events session_amount_sum session_amount_max
 
 # All tests: unit, property, and integration tests that start the real Kafka
 # broker, local Spark and redis-server. Nothing is skipped.

@@ -76,6 +76,9 @@ class StreamViewSpec:
     tile_hop_ns: int | None = None
     """Feast's ``tiling_hop_size`` when the view sets ``enable_tiling``: the frame of an
     event at ``t`` becomes the sawtooth ``[floor((t - W) / hop) * hop, t]`` (ns)."""
+    avro_schema: str | None = None
+    """The source's Avro schema (JSON text) when its messages are Avro
+    (``AvroFormat``); ``json_schema`` then lists the same fields as Spark DDL."""
     session_gap_ns: int | None = None
     """Set for a session view (tag ``featureflow.window: session``): the inactivity gap
     (ns) that closes a session; its aggregations cover whole sessions, not windows."""
@@ -112,14 +115,52 @@ class StreamViewSpec:
         return (SESSION_START, SESSION_DURATION, *names) if self.is_session_view else names
 
 
-def _json_schema(view_name: str, message_format: object) -> str:
-    from feast.data_format import JsonFormat
+def _message_schemas(view_name: str, message_format: object) -> tuple[str, str | None]:
+    """``json_schema`` (Spark DDL) and ``avro_schema`` of a KafkaSource's message format."""
+    from feast.data_format import AvroFormat, JsonFormat
 
-    if not isinstance(message_format, JsonFormat):
-        kind = type(message_format).__name__
-        msg = f"stream view {view_name!r}: featureflow reads JSON messages, got {kind}"
-        raise RepoError(msg)
-    return str(message_format.schema_json)
+    if isinstance(message_format, JsonFormat):
+        return str(message_format.schema_json), None
+    if isinstance(message_format, AvroFormat):
+        schema = str(message_format.schema_json)
+        return _avro_fields_ddl(view_name, schema), schema
+    kind = type(message_format).__name__
+    msg = f"stream view {view_name!r}: featureflow reads JSON or Avro messages, got {kind}"
+    raise RepoError(msg)
+
+
+_AVRO_TO_DDL = {
+    "long": "long", "int": "int", "double": "double", "float": "float",
+    "string": "string", "boolean": "boolean", "bytes": "binary",
+}  # fmt: skip
+
+
+def _avro_fields_ddl(view_name: str, schema_json: str) -> str:
+    """The Spark DDL of an Avro record schema's fields (nullable unions allowed)."""
+    import json
+
+    try:
+        record = json.loads(schema_json)
+        fields = record["fields"]
+    except (ValueError, KeyError, TypeError) as error:
+        msg = f"stream view {view_name!r}: the Avro schema is not a record schema: {error}"
+        raise RepoError(msg) from error
+    columns = []
+    for field in fields:
+        avro_type = field["type"]
+        if isinstance(avro_type, list):  # ["null", T]
+            avro_type = next((t for t in avro_type if t != "null"), "null")
+        if isinstance(avro_type, dict):
+            avro_type = avro_type.get("type")
+        ddl = _AVRO_TO_DDL.get(avro_type) if isinstance(avro_type, str) else None
+        if ddl is None:
+            msg = (
+                f"stream view {view_name!r}: Avro field {field['name']!r} has type "
+                f"{field['type']!r}; featureflow reads {sorted(_AVRO_TO_DDL)} (or null unions)"
+            )
+            raise RepoError(msg)
+        columns.append(f"{field['name']} {ddl}")
+    return ", ".join(columns)
 
 
 def load_store(repo_path: str | Path) -> FeatureStore:
@@ -178,14 +219,18 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
         )
     kafka = source.kafka_options
     watermark = kafka.watermark_delay_threshold
+    json_schema, avro_schema = _message_schemas(view.name, kafka.message_format)
+    tile_hop_ns, session_gap_ns = _window_kind(view, aggregations)
     return StreamViewSpec(
-        **_window_kind(view, aggregations),
+        tile_hop_ns=tile_hop_ns,
+        session_gap_ns=session_gap_ns,
         name=view.name,
         join_key=join_keys[0],
         timestamp_field=view.timestamp_field or source.timestamp_field,
         topic=kafka.topic,
         bootstrap_servers=kafka.kafka_bootstrap_servers,
-        json_schema=_json_schema(view.name, kafka.message_format),
+        json_schema=json_schema,
+        avro_schema=avro_schema,
         watermark_ns=round(watermark.total_seconds() * NS_PER_S) if watermark else 0,
         aggregations=tuple(aggregations),
     )
@@ -193,15 +238,15 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
 
 def _window_kind(
     view: StreamFeatureView, aggregations: list[AggregationSpec]
-) -> dict[str, int | None]:
-    """``tile_hop_ns`` / ``session_gap_ns`` of the view, checked for consistency."""
+) -> tuple[int | None, int | None]:
+    """``tile_hop_ns`` and ``session_gap_ns`` of the view, checked for consistency."""
     kind = (view.tags or {}).get(SESSION_TAG, "rolling")
     if kind == "rolling":
         hop = view.tiling_hop_size if view.enable_tiling else None
         if hop is not None and hop.total_seconds() <= 0:
             msg = f"stream view {view.name!r}: tiling_hop_size must be positive, got {hop}"
             raise RepoError(msg)
-        return {"tile_hop_ns": round(hop.total_seconds() * NS_PER_S) if hop else None}
+        return (round(hop.total_seconds() * NS_PER_S) if hop else None), None
     if kind != "session":
         msg = (
             f"stream view {view.name!r}: tag {SESSION_TAG}={kind!r} is unknown; "
@@ -223,7 +268,7 @@ def _window_kind(
     if view.enable_tiling:
         msg = f"stream view {view.name!r}: a session view can't be tiled (enable_tiling=True)"
         raise RepoError(msg)
-    return {"session_gap_ns": gaps.pop()}
+    return None, gaps.pop()
 
 
 def stream_view_specs(store: FeatureStore, names: list[str] | None = None) -> list[StreamViewSpec]:

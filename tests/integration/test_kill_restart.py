@@ -1,6 +1,7 @@
 """Kill test: SIGKILL the running job at random points, restart it on the same checkpoint.
 
-The final online and offline contents must equal one uninterrupted pass
+Both views of the example repo run (rolling ``user_txn_stats`` and session
+``user_sessions``). The final online and offline contents must equal one uninterrupted pass
 (DuckDB over the same events): the versioned window state, the per-batch
 offline files and the online writer's "older never wins" rule make a
 replayed micro-batch change nothing, and Spark replays every batch whose
@@ -14,36 +15,30 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-from duckdb_oracle import END_NS, FEATURE_NAMES, events_table, latest_features, per_event_features
+from duckdb_oracle import END_NS, events_table, latest_features, per_event_features
+from job_harness import (
+    apply,
+    assert_online_rolling_equal,
+    assert_sessions_equal,
+    env,
+    job_command,
+    run_job,
+)
 
 from featureflow.events import sample
 from featureflow.infra import kafka_broker, kafka_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 KILLS = 5
 TRIGGER = ("--trigger", "1 second")
-
-
-def _job_command(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
-    return [
-        str(BIN / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "jobs" / "realtime.py"),
-        "--repo", str(repo), "--schemas", str(REPO_ROOT / "schemas"), "--bootstrap", bootstrap,
-        "--checkpoint", str(checkpoint), "--max-offsets-per-trigger", "300", *extra,
-    ]  # fmt: skip
-
-
-def _env() -> dict[str, str]:
-    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+BATCH = ("--max-offsets-per-trigger", "300")
 
 
 def _batches_done(log: Path) -> int:
@@ -61,16 +56,7 @@ def test_sigkill_at_random_points_then_restart_equals_one_pass(
         6000, users=60, seed=23, end_ns=END_NS, span_s=6 * 3600, out_of_order_share=0.0
     )
     kafka_client.produce(kafka_bootstrap, topic, sample.to_json(events))
-    definitions = feature_repo_copy / "features.py"
-    definitions.write_text(
-        definitions.read_text().replace('topic="transactions"', f'topic="{topic}"')
-    )
-    applied = subprocess.run(
-        [str(BIN / "featureflow"), "apply", "--repo", str(feature_repo_copy),
-         "--schemas", str(REPO_ROOT / "schemas")],
-        capture_output=True, text=True, env=_env(), check=False,
-    )  # fmt: skip
-    assert applied.returncode == 0, applied.stdout + applied.stderr
+    apply(feature_repo_copy, topic)
     checkpoint = tmp_path / "checkpoint"
     rng = random.Random(31)
     kills = 0
@@ -78,8 +64,8 @@ def test_sigkill_at_random_points_then_restart_equals_one_pass(
         log = tmp_path / f"run-{attempt}.log"
         with log.open("wb") as out:
             job = subprocess.Popen(
-                _job_command(feature_repo_copy, kafka_bootstrap, checkpoint, *TRIGGER),
-                stdout=out, stderr=subprocess.STDOUT, env=_env(), start_new_session=True,
+                job_command(feature_repo_copy, kafka_bootstrap, checkpoint, *BATCH, *TRIGGER),
+                stdout=out, stderr=subprocess.STDOUT, env=env(), start_new_session=True,
             )  # fmt: skip
             # Kill at a random moment once this run has got going: before, during or
             # between micro-batches (a batch takes a few seconds here).
@@ -94,26 +80,9 @@ def test_sigkill_at_random_points_then_restart_equals_one_pass(
     assert kills == KILLS
 
     # Drain what is left, then compare with one uninterrupted pass.
-    final = subprocess.run(
-        _job_command(feature_repo_copy, kafka_bootstrap, checkpoint, "--available-now"),
-        capture_output=True, text=True, env=_env(), timeout=600, check=False,
-    )  # fmt: skip
-    assert final.returncode == 0, (final.stdout + final.stderr)[-5000:]
+    run_job(feature_repo_copy, kafka_bootstrap, checkpoint, *BATCH)
 
-    from feast import FeatureStore
-
-    expected = latest_features(events_table(events))
-    store = FeatureStore(repo_path=str(feature_repo_copy))
-    online = store.get_online_features(
-        features=[f"user_txn_stats:{name}" for name in FEATURE_NAMES],
-        entity_rows=[{"user_id": int(user)} for user in expected],
-    ).to_dict()
-    for row, user in enumerate(online["user_id"]):
-        for name in FEATURE_NAMES:
-            want, got = expected[user][name], online[name][row]
-            assert (got is None) == (want is None), (user, name)
-            if want is not None:
-                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (user, name, got, want)
+    assert_online_rolling_equal(feature_repo_copy, latest_features(events_table(events)))
 
     from featureflow.spark.offline_sink import read_history
 
@@ -128,3 +97,5 @@ def test_sigkill_at_random_points_then_restart_equals_one_pass(
         got = np.array(history.column(name).to_pylist(), dtype=float)[got_order]
         want = np.array(oracle.column(name).to_pylist(), dtype=float)[want_order]
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=name)
+    # Sessions too: every closed session once, each user's latest session online.
+    assert_sessions_equal(feature_repo_copy, events_table(events))

@@ -8,10 +8,7 @@ the same windows from the same events.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -23,92 +20,19 @@ from duckdb_oracle import (
     latest_features,
     per_event_features,
 )
+from job_harness import apply, assert_online_rolling_equal, consume, run_job
 
 from featureflow.events import sample
 from featureflow.infra import kafka_broker, kafka_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 BAD_RECORDS = [
     b"{this is not json",
     b'{"user_id": "abc", "amount": 1.0, "event_timestamp": 1795996800000}',
     b'{"user_id": 1, "amount": 1.0, "event_timestamp": "not a time"}',
 ]
-
-
-def _run(command: list[str], timeout: int = 420) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
-
-
-def _consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, dict[str, str]]]:
-    from confluent_kafka import Consumer
-
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([topic])
-    received: list[tuple[bytes, dict[str, str]]] = []
-    try:
-        for _ in range(60):
-            message = consumer.poll(1.0)
-            if message is not None and message.error() is None:
-                headers = {k: v.decode() for k, v in message.headers() or []}
-                received.append((message.value(), headers))
-            if len(received) >= count:
-                break
-    finally:
-        consumer.close()
-    return received
-
-
-def _point_repo_at(repo: Path, topic: str) -> None:
-    definitions = repo / "features.py"
-    text = definitions.read_text()
-    assert 'topic="transactions"' in text
-    definitions.write_text(text.replace('topic="transactions"', f'topic="{topic}"'))
-
-
-def _apply(repo: Path, topic: str) -> None:
-    _point_repo_at(repo, topic)
-    applied = _run([str(BIN / "featureflow"), "apply", "--repo", str(repo),
-                    "--schemas", str(REPO_ROOT / "schemas")])  # fmt: skip
-    assert applied.returncode == 0, applied.stdout + applied.stderr
-
-
-def _run_job(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> str:
-    job = _run(
-        [str(BIN / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "jobs" / "realtime.py"),
-         "--repo", str(repo), "--schemas", str(REPO_ROOT / "schemas"),
-         "--bootstrap", bootstrap, "--checkpoint", str(checkpoint), "--available-now", *extra]
-    )  # fmt: skip
-    log = job.stdout + job.stderr
-    assert job.returncode == 0, log[-5000:]
-    assert "kernels: mojo" in log
-    return log
-
-
-def _assert_online_equals(repo: Path, expected: dict[int, dict[str, float | None]]) -> None:
-    from feast import FeatureStore
-
-    names = list(FEATURE_NAMES)
-    store = FeatureStore(repo_path=str(repo))
-    online = store.get_online_features(
-        features=[f"user_txn_stats:{name}" for name in names],
-        entity_rows=[{"user_id": int(user)} for user in expected],
-    ).to_dict()
-    assert online["user_id"] == list(expected)
-    for row, user in enumerate(online["user_id"]):
-        for name in names:
-            want, got = expected[user][name], online[name][row]
-            if want is None:
-                assert got is None, (user, name)
-            else:
-                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (user, name, got, want)
+ROLLING_ONLY = ("--view", "user_txn_stats")
 
 
 def test_job_writes_online_features_equal_to_duckdb(
@@ -122,8 +46,8 @@ def test_job_writes_online_features_equal_to_duckdb(
     (bad_partition,) = [p for p in after if after[p] != before[p]]
     bad_offsets = range(before[bad_partition], after[bad_partition])
 
-    _apply(feature_repo_copy, topic)
-    log = _run_job(feature_repo_copy, kafka_bootstrap, tmp_path / "checkpoint")
+    apply(feature_repo_copy, topic)
+    log = run_job(feature_repo_copy, kafka_bootstrap, tmp_path / "checkpoint", *ROLLING_ONLY)
     # Bad input is counted and skipped, each with a log line naming its offset.
     for offset, reason in zip(
         bad_offsets,
@@ -141,7 +65,7 @@ def test_job_writes_online_features_equal_to_duckdb(
     assert sum(metrics[0]["dead_letters"].values()) == len(BAD_RECORDS)
     assert metrics[0]["freshness_p99_s"] >= metrics[0]["freshness_p50_s"] > 0
     # ... and lands, untouched, in the dead-letter topic with the reason in its headers.
-    letters = _consume(kafka_bootstrap, f"{topic}.dlq", len(BAD_RECORDS))
+    letters = consume(kafka_bootstrap, f"{topic}.dlq", len(BAD_RECORDS))
     assert sorted(value for value, _ in letters) == sorted(BAD_RECORDS)
     for value, headers in letters:
         offset = bad_offsets[BAD_RECORDS.index(value)]
@@ -151,7 +75,7 @@ def test_job_writes_online_features_equal_to_duckdb(
         assert headers["featureflow.field"] in {"value", "user_id", "event_timestamp"}
         assert headers["featureflow.reason"]
 
-    _assert_online_equals(feature_repo_copy, latest_features(events_table(events)))
+    assert_online_rolling_equal(feature_repo_copy, latest_features(events_table(events)))
 
 
 def test_windows_span_micro_batches_restarts_and_drop_late_events(
@@ -164,13 +88,14 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
         3000, users=40, seed=5, end_ns=END_NS, span_s=4 * 3600, out_of_order_share=0.0
     )
     records = list(sample.to_json(on_time))
-    _apply(feature_repo_copy, topic)
+    apply(feature_repo_copy, topic)
     checkpoint = tmp_path / "checkpoint"
 
     kafka_client.produce(kafka_bootstrap, topic, records[:2000])
-    first = _run_job(
-        feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400"
-    )
+    first = run_job(
+        feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400",
+        *ROLLING_ONLY,
+    )  # fmt: skip
     assert len(re.findall(r"view user_txn_stats batch \d+:", first)) >= 5
 
     # Late events: 3 h behind everything accepted so far (the watermark delay is 5 min).
@@ -183,9 +108,10 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
         for i in range(4)
     ]
     kafka_client.produce(kafka_bootstrap, topic, late + records[2000:])
-    second = _run_job(
-        feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400"
-    )
+    second = run_job(
+        feature_repo_copy, kafka_bootstrap, checkpoint, "--max-offsets-per-trigger", "400",
+        *ROLLING_ONLY,
+    )  # fmt: skip
     assert second.count("later than the watermark") >= 4
     batches = [
         json.loads(line)
@@ -197,12 +123,12 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
     assert [batch["dead_letters"] for batch in batches if batch["dead_letters"]] == [
         {"later than the watermark": len(late)}
     ]
-    letters = _consume(kafka_bootstrap, f"{topic}.dlq", len(late))
+    letters = consume(kafka_bootstrap, f"{topic}.dlq", len(late))
     assert sorted(value for value, _ in letters) == sorted(value for _, value in late)
     assert {headers["featureflow.reason"] for _, headers in letters} == {"later than the watermark"}
 
     # The restart continued the windows from the state: equal to one pass over all on-time events.
-    _assert_online_equals(feature_repo_copy, latest_features(events_table(on_time)))
+    assert_online_rolling_equal(feature_repo_copy, latest_features(events_table(on_time)))
     # The offline history holds every on-time event once, with its features.
     _assert_history_equals(feature_repo_copy, on_time)
 

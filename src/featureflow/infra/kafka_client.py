@@ -10,7 +10,7 @@ from featureflow.errors import KafkaBrokerError
 def produce(
     bootstrap: str,
     topic: str,
-    records: Iterable[tuple[bytes | None, bytes]],
+    records: Iterable[tuple[bytes | None, bytes | None]],
     *,
     timeout_s: float = 60.0,
 ) -> int:

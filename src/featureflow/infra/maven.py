@@ -71,6 +71,11 @@ def spark_kafka_bundle() -> JarBundle:
     )
 
 
+def _pom_text(bundle: JarBundle) -> str:
+    """The bundle's POM as shipped: a changed POM (a new dependency) means a new fetch."""
+    return (resources.files("featureflow.infra") / "poms" / bundle.pom).read_text()
+
+
 def bundled_jars(bundle: JarBundle) -> list[Path] | None:
     """The jars of an already fetched bundle, or None when it must be fetched."""
     marker = bundle.directory / _MARKER
@@ -80,7 +85,7 @@ def bundled_jars(bundle: JarBundle) -> list[Path] | None:
         recorded = json.loads(marker.read_text())
     except ValueError:
         return None
-    if recorded.get("properties") != bundle.properties:
+    if recorded.get("properties") != bundle.properties or recorded.get("pom") != _pom_text(bundle):
         return None
     jars = sorted(bundle.directory.glob("*.jar"))
     return jars or None
@@ -100,11 +105,10 @@ def fetch(bundle: JarBundle, *, force: bool = False) -> list[Path]:
     if mvn is None:
         msg = "Maven ('mvn') is not on PATH: install it (apt-get install maven) or run make setup"
         raise MavenError(msg)
-    pom = resources.files("featureflow.infra") / "poms" / bundle.pom
     with tempfile.TemporaryDirectory(prefix=f"ff-{bundle.name}-") as tmp:
         staging = Path(tmp) / "jars"
         pom_path = Path(tmp) / "pom.xml"
-        pom_path.write_text(pom.read_text())
+        pom_path.write_text(_pom_text(bundle))
         command = [
             mvn, "-B", "-q", "-f", str(pom_path), "dependency:copy-dependencies",
             "-DincludeScope=runtime", f"-DoutputDirectory={staging}",
@@ -125,5 +129,6 @@ def fetch(bundle: JarBundle, *, force: bool = False) -> list[Path]:
         for jar in sorted(staging.glob("*.jar")):
             if artifact_name(jar.name) not in skipped:
                 shutil.copy2(jar, target / jar.name)
-    (target / _MARKER).write_text(json.dumps({"properties": bundle.properties}, indent=2))
+    marker = {"properties": bundle.properties, "pom": _pom_text(bundle)}
+    (target / _MARKER).write_text(json.dumps(marker, indent=2))
     return sorted(target.glob("*.jar"))

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from featureflow.errors import FeatureflowError, SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+    from featureflow.spark.pipeline import MicroBatchProcessor
 
 log = logging.getLogger("featureflow.job")
 
@@ -132,13 +141,24 @@ def _run(args: argparse.Namespace) -> int:
         exporter = PrometheusExporter(args.metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
     spark = build_session("featureflow-realtime", master=args.master)
-    running = [
-        start_view_query(spark, spec, repo_path, options, feature_schemas.get(spec.name), exporter)
-        for spec in specs
-    ]
+    topics_with_owner: set[str] = set()
+    running = []
+    for spec in specs:
+        # Views of one topic all see its bad records; the first one dead-letters them.
+        owns = spec.topic not in topics_with_owner
+        topics_with_owner.add(spec.topic)
+        running.append(
+            start_view_query(
+                spark, spec, repo_path, options, feature_schemas.get(spec.name), exporter, owns
+            )
+        )
+    stop = shutdown_on_sigterm()
+    log.info("driver pid %d: SIGTERM stops the queries at a micro-batch boundary", os.getpid())
     try:
-        for query, _processor in running:
-            query.awaitTermination()
+        while any(query.isActive for query, _ in running):
+            if stop.wait(0.5):
+                stop_at_batch_boundary(running)
+                break
     except KeyboardInterrupt:
         log.info("interrupted: stopping the queries")
         for query, _processor in running:
@@ -154,6 +174,32 @@ def _run(args: argparse.Namespace) -> int:
             log.error("query %s failed: %s", query.name, query.exception())
             return 1
     return 0
+
+
+def shutdown_on_sigterm() -> threading.Event:
+    """An event set when the driver receives SIGTERM (instead of dying mid-batch)."""
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("received signal %d: stopping after the running micro-batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    return stop
+
+
+def stop_at_batch_boundary(running: list[tuple[StreamingQuery, MicroBatchProcessor]]) -> None:
+    """Stop every query between two micro-batches: each finishes its running batch first.
+
+    Exactly-once does not depend on this (a batch interrupted anyway is re-run
+    from the same state on restart); a clean stop just wastes no work.
+    """
+    for query, processor in running:
+        processor.idle.wait()
+        query.stop()
+        log.info(
+            "query %s stopped cleanly after micro-batch %s", query.name, processor.last_batch_id
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

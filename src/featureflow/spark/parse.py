@@ -5,10 +5,12 @@ touches the raw stream. Every output row keeps its Kafka coordinates and raw
 bytes; rows that fail a check carry ``error_field`` and ``error_reason`` (the
 first failing check, in the order below) instead of being dropped:
 
-1. ``value``: the message is empty or not a JSON object;
+1. ``value``: the message is empty or not a JSON object (Avro sources: not a
+   record of the source's Avro schema);
 2. the entity key: missing / null, or not an integer;
 3. the event timestamp: missing, or neither RFC 3339 text nor epoch milliseconds;
-4. any other declared field: present but of the wrong type (a null is fine).
+4. any other declared field: present but of the wrong type (a null is fine;
+   Avro records are typed by their schema, so this check is JSON's only).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from featureflow.repo import StreamViewSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+    Check = tuple[Column, str, str]  # (condition, field, reason)
 
 EVENT_TIME = "event_ts"
 """Output column: the event time as a Spark timestamp (UTC)."""
@@ -30,8 +35,50 @@ ERROR_REASON = "error_reason"
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 
 
+def _raw_json_field(name: str) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.get_json_object(F.col("value").cast("string"), f"$.{name}")
+
+
+def _json_object(spec: StreamViewSpec, schema: StructType) -> tuple[Column, list[Check]]:
+    """The parsed JSON struct and the checks of its shape and entity key."""
+    from pyspark.sql import functions as F
+
+    text = F.col("value").cast("string")
+    parsed = F.from_json(text, schema)
+    is_object = (
+        F.coalesce(F.trim(text).startswith("{"), F.lit(False))
+        & F.json_object_keys(text).isNotNull()
+    )
+    return parsed, [
+        (~is_object, "value", "not a JSON object"),
+        (_raw_json_field(spec.join_key).isNull(), spec.join_key, "missing or null entity key"),
+        (parsed[spec.join_key].isNull(), spec.join_key, "entity key is not an integer"),
+    ]
+
+
+def _avro_record(spec: StreamViewSpec) -> tuple[Column, list[Check]]:
+    """The decoded Avro record (plain Avro binary, no schema-registry header) and its checks."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    assert spec.avro_schema is not None
+    # PERMISSIVE: a record that does not decode becomes null instead of failing the batch.
+    parsed = from_avro(F.col("value"), spec.avro_schema, {"mode": "PERMISSIVE"})
+    return parsed, [
+        (
+            F.col("value").isNull() | parsed.isNull(),
+            "value",
+            "not an Avro record of the source's schema",
+        ),
+        (parsed[spec.join_key].isNull(), spec.join_key, "missing or null entity key"),
+    ]
+
+
 def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
-    """Parse the ``value`` of Kafka records (``spark.readStream.format("kafka")``) as JSON events.
+    """Parse the ``value`` of Kafka records (``spark.readStream.format("kafka")``) as events
+    (JSON, or Avro when the view's source is Avro).
 
     Returns:
         Columns: the view's JSON fields (typed as its schema declares, the
@@ -46,26 +93,17 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     if not isinstance(schema, StructType):
         msg = f"view {spec.name!r}: the JSON schema {spec.json_schema!r} is not a list of fields"
         raise RepoError(msg)
-    text = F.col("value").cast("string")
-    parsed = F.from_json(text, schema)
-    is_object = (
-        F.coalesce(F.trim(text).startswith("{"), F.lit(False))
-        & F.json_object_keys(text).isNotNull()
-    )
-
-    def raw_field(name: str) -> Column:
-        return F.get_json_object(text, f"$.{name}")
+    if spec.avro_schema is not None:
+        parsed, checks = _avro_record(spec)
+    else:
+        parsed, checks = _json_object(spec, schema)
 
     stamp = parsed[spec.timestamp_field].cast("string")
     event_ts = (
         F.when(stamp.rlike(r"^-?[0-9]+$"), F.timestamp_millis(stamp.cast("long")))
         .otherwise(F.try_to_timestamp(stamp))
     )  # fmt: skip
-
-    checks: list[tuple[Column, str, str]] = [
-        (~is_object, "value", "not a JSON object"),
-        (raw_field(spec.join_key).isNull(), spec.join_key, "missing or null entity key"),
-        (parsed[spec.join_key].isNull(), spec.join_key, "entity key is not an integer"),
+    checks += [
         (stamp.isNull(), spec.timestamp_field, "missing or null event timestamp"),
         (
             event_ts.isNull(),
@@ -73,11 +111,12 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
             "not an RFC 3339 timestamp or epoch milliseconds",
         ),
     ]
-    for field in schema.fields:
-        if field.name in (spec.join_key, spec.timestamp_field):
-            continue
-        wrong_type = raw_field(field.name).isNotNull() & parsed[field.name].isNull()
-        checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
+    if spec.avro_schema is None:
+        for field in schema.fields:
+            if field.name in (spec.join_key, spec.timestamp_field):
+                continue
+            wrong_type = _raw_json_field(field.name).isNotNull() & parsed[field.name].isNull()
+            checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
 
     error_field: Column = F.lit(None).cast("string")
     error_reason: Column = F.lit(None).cast("string")
@@ -86,7 +125,7 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         error_reason = F.when(condition, F.lit(reason)).otherwise(error_reason)
 
     return raw.select(
-        *(parsed[field.name].alias(field.name) for field in schema.fields),
+        *(parsed[field.name].cast(field.dataType).alias(field.name) for field in schema.fields),
         event_ts.alias(EVENT_TIME),
         (F.unix_micros(event_ts) * F.lit(1000)).alias(EVENT_NS),
         error_field.alias(ERROR_FIELD),

@@ -19,6 +19,7 @@ watermark".
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -87,8 +88,25 @@ class MicroBatchProcessor:
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
     exporter: PrometheusExporter | None = None
+    owns_dead_letters: bool = True
+    """Whether this view's query logs and dead-letters the topic's bad records: views
+    reading the same topic all count them, but only one writes them (no duplicates)."""
+    idle: threading.Event = field(default_factory=threading.Event)
+    """Set between micro-batches: where a clean shutdown may stop the query."""
+    last_batch_id: int | None = None
+
+    def __post_init__(self) -> None:
+        self.idle.set()
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.idle.clear()
+        try:
+            self._process(batch, batch_id)
+            self.last_batch_id = batch_id
+        finally:
+            self.idle.set()
+
+    def _process(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         started = time.monotonic()
@@ -97,30 +115,32 @@ class MicroBatchProcessor:
             batch = mark_late(batch, seen_max_ns - self.spec.watermark_ns, self.spec)
         batch = batch.persist()
         try:
-            bad = batch.filter(F.col(ERROR_REASON).isNotNull())
-            bad_rows = bad.select("topic", "partition", "offset", ERROR_FIELD, ERROR_REASON)
-            records = batch.count()
-            bad_count = bad_rows.count()
-            bad_by_reason: dict[str, int] = {}
-            for row in bad_rows.limit(MAX_LOGGED_BAD_RECORDS).collect():
-                log.warning(
-                    "skipped record %s[%d]@%d: field %r: %s",
-                    row["topic"], row["partition"], row["offset"],
-                    row[ERROR_FIELD], row[ERROR_REASON],
-                )  # fmt: skip
-            if bad_count:
+            # One pass over the batch for every count the report needs: rows per
+            # reason (null: usable) and the latest usable event time.
+            summary = (
+                batch.groupBy(ERROR_REASON)
+                .agg(F.count(F.lit(1)).alias("rows"), F.max(EVENT_NS).alias("max_ns"))
+                .collect()
+            )
+            records = sum(row["rows"] for row in summary)
+            bad_by_reason = {
+                row[ERROR_REASON]: row["rows"] for row in summary if row[ERROR_REASON] is not None
+            }
+            batch_max_ns = next(
+                (row["max_ns"] for row in summary if row[ERROR_REASON] is None), None
+            )
+            if bad_by_reason and self.owns_dead_letters:
+                bad = batch.filter(F.col(ERROR_REASON).isNotNull())
+                self._log_bad_records(bad)
                 write_dead_letters(
                     bad,
                     self.options.bootstrap or self.spec.bootstrap_servers,
                     self.options.dead_letter_topic or dead_letter_topic(self.spec.topic),
                     self.options.kafka_options,
                 )
-                for row in bad_rows.groupBy(ERROR_REASON).count().collect():
-                    bad_by_reason[row[ERROR_REASON]] = row["count"]
             good = batch.filter(F.col(ERROR_REASON).isNull()).select(
                 self.spec.join_key, EVENT_NS, *self.spec.value_columns
             )
-            batch_max_ns = good.agg(F.max(EVENT_NS).alias("max_ns")).collect()[0]["max_ns"]
             if batch_max_ns is not None:
                 seen_max_ns = max(batch_max_ns, seen_max_ns or batch_max_ns)
             # What the next batch accepts: older events are dead letters (late).
@@ -161,6 +181,17 @@ class MicroBatchProcessor:
             report.freshness_p50_s = histogram_quantile(merged, 0.5)
             report.freshness_p99_s = histogram_quantile(merged, 0.99)
         self._account(report, sorted({row["backend"] for row in stats}))
+
+    @staticmethod
+    def _log_bad_records(bad: DataFrame) -> None:
+        """One warning per unusable record (the first few), with its Kafka coordinates."""
+        columns = ("topic", "partition", "offset", ERROR_FIELD, ERROR_REASON)
+        for row in bad.select(*columns).limit(MAX_LOGGED_BAD_RECORDS).collect():
+            log.warning(
+                "skipped record %s[%d]@%d: field %r: %s",
+                row["topic"], row["partition"], row["offset"],
+                row[ERROR_FIELD], row[ERROR_REASON],
+            )  # fmt: skip
 
     def _account(self, report: BatchReport, backends: list[str]) -> None:
         self.counters.batches += 1
@@ -221,6 +252,7 @@ def start_view_query(
     options: StreamOptions,
     feature_schema: FeatureSchema | None = None,
     exporter: PrometheusExporter | None = None,
+    owns_dead_letters: bool = True,
 ) -> tuple[StreamingQuery, MicroBatchProcessor]:
     """Start the streaming query of one view; returns it with its batch processor (for counters)."""
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
@@ -228,8 +260,9 @@ def start_view_query(
     state = StateStore(f"{checkpoint}/featureflow-state", partitions)
     state.check_layout()
     processor = MicroBatchProcessor(
-        spec, repo_path, partitions, options, state, feature_schema, exporter=exporter
-    )
+        spec, repo_path, partitions, options, state, feature_schema, exporter=exporter,
+        owns_dead_letters=owns_dead_letters,
+    )  # fmt: skip
     writer = (
         parse_events(read_kafka(spark, spec, options), spec)
         .writeStream.queryName(f"featureflow_{spec.name}")

@@ -1,0 +1,141 @@
+"""Running ``spark-submit jobs/realtime.py`` in tests, and checking what it wrote.
+
+Shared by the integration suites (single batch, multi-batch, kill, sessions).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from duckdb_oracle import FEATURE_NAMES, SESSION_AGGREGATES, SESSION_GAP_S, sessions
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+GAP_NS = SESSION_GAP_S * 10**9
+WATERMARK_DELAY_NS = 5 * 60 * 10**9  # the example repo's watermark_delay_threshold
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+
+
+def run(command: list[str], timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=env(), check=False
+    )
+
+
+def consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, dict[str, str]]]:
+    """Up to ``count`` records of ``topic`` from the start (value, headers), ~60 s at most."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    received: list[tuple[bytes, dict[str, str]]] = []
+    try:
+        for _ in range(60):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                headers = {k: v.decode() for k, v in message.headers() or []}
+                received.append((message.value(), headers))
+            if len(received) >= count:
+                break
+    finally:
+        consumer.close()
+    return received
+
+
+def apply(repo: Path, topic: str) -> None:
+    """Point the repo copy's Kafka source at ``topic`` and apply it through the schema gate."""
+    definitions = repo / "features.py"
+    text = definitions.read_text()
+    assert 'topic="transactions"' in text
+    definitions.write_text(text.replace('topic="transactions"', f'topic="{topic}"'))
+    applied = run([str(BIN / "featureflow"), "apply", "--repo", str(repo),
+                   "--schemas", str(REPO_ROOT / "schemas")])  # fmt: skip
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+
+
+def job_command(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
+    return [
+        str(BIN / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "jobs" / "realtime.py"),
+        "--repo", str(repo), "--schemas", str(REPO_ROOT / "schemas"), "--bootstrap", bootstrap,
+        "--checkpoint", str(checkpoint), *extra,
+    ]  # fmt: skip
+
+
+def run_job(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> str:
+    """Run the job with ``--available-now`` to the end of the topic; returns its log."""
+    job = run(job_command(repo, bootstrap, checkpoint, "--available-now", *extra))
+    log = job.stdout + job.stderr
+    assert job.returncode == 0, log[-5000:]
+    assert "kernels: mojo" in log
+    return log
+
+
+def assert_sessions_equal(repo: Path, events: pa.Table) -> None:
+    """``user_sessions`` online and offline equal DuckDB's sessions of ``events``.
+
+    Online: each user's latest session. Offline: every session the watermark
+    (latest event time - delay) has closed, each exactly once.
+    """
+    from feast import FeatureStore
+
+    from featureflow.spark.offline_sink import read_history
+
+    oracle = sessions(events)
+    users = oracle.column("user_id").to_numpy()
+    last_ns = oracle.column("last_ns").to_numpy()
+    latest = np.append(users[1:] != users[:-1], True)
+    names = ["session_duration_s", *SESSION_AGGREGATES]
+    online = FeatureStore(repo_path=str(repo)).get_online_features(
+        features=[f"user_sessions:{name}" for name in ["session_start", *names]],
+        entity_rows=[{"user_id": int(user)} for user in users[latest]],
+    ).to_dict()
+    want = oracle.filter(pa.array(latest))
+    for name in SESSION_AGGREGATES:
+        np.testing.assert_allclose(
+            np.array(online[name], dtype=float), np.array(want.column(name).to_pylist(), float),
+            rtol=1e-9, err_msg=name,
+        )  # fmt: skip
+    np.testing.assert_allclose(
+        online["session_duration_s"],
+        (want.column("last_ns").to_numpy() - want.column("start_ns").to_numpy()) / 1e9,
+    )
+
+    watermark = int(events.column("event_ns").to_numpy().max()) - WATERMARK_DELAY_NS
+    closed = oracle.filter(pa.array(last_ns + GAP_NS < watermark))
+    history = read_history(str(repo / "data" / "offline"), "user_sessions")
+    assert history.num_rows == closed.num_rows, "every closed session exactly once"
+    got_ns = history.column("event_timestamp").cast("int64").to_numpy() * 1000
+    order = np.lexsort((got_ns, history.column("user_id").to_numpy()))
+    np.testing.assert_array_equal(got_ns[order], closed.column("last_ns").to_numpy())
+    for name in SESSION_AGGREGATES:
+        got = np.array(history.column(name).to_pylist(), dtype=float)[order]
+        expected = np.array(closed.column(name).to_pylist(), dtype=float)
+        assert got == pytest.approx(expected, rel=1e-9, nan_ok=True), name
+
+
+def assert_online_rolling_equal(repo: Path, expected: dict[int, dict[str, float | None]]) -> None:
+    """Feast's ``get_online_features`` of ``user_txn_stats`` equal ``expected`` (per user)."""
+    from feast import FeatureStore
+
+    online = FeatureStore(repo_path=str(repo)).get_online_features(
+        features=[f"user_txn_stats:{name}" for name in FEATURE_NAMES],
+        entity_rows=[{"user_id": int(user)} for user in expected],
+    ).to_dict()
+    assert online["user_id"] == list(expected)
+    for row, user in enumerate(online["user_id"]):
+        for name in FEATURE_NAMES:
+            want, got = expected[user][name], online[name][row]
+            assert (got is None) == (want is None), (user, name)
+            if want is not None:
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-9), (user, name, got, want)

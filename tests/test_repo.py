@@ -1,0 +1,123 @@
+"""How featureflow reads Feast views: rolling, tiled and session views, JSON and Avro sources."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView
+from feast.aggregation import Aggregation
+from feast.data_format import AvroFormat, JsonFormat
+from feast.types import Float64, Int64, UnixTimestamp
+from feast.value_type import ValueType
+
+from featureflow.errors import RepoError
+from featureflow.events.avro import TRANSACTION_SCHEMA
+from featureflow.repo import SESSION_DURATION, SESSION_START, stream_view_spec
+
+USER = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
+GAP = timedelta(minutes=30)
+
+
+def _source(message_format: object = None) -> KafkaSource:
+    return KafkaSource(
+        name="events",
+        kafka_bootstrap_servers="127.0.0.1:9092",
+        topic="events",
+        timestamp_field="event_timestamp",
+        message_format=message_format
+        or JsonFormat(schema_json="user_id long, amount double, event_timestamp string"),
+        batch_source=FileSource(name="b", path="x.parquet", timestamp_field="event_timestamp"),
+        watermark_delay_threshold=timedelta(minutes=5),
+    )
+
+
+def _view(
+    aggregations: list[Aggregation], fields: list[Field], **kwargs: object
+) -> StreamFeatureView:
+    return StreamFeatureView(
+        name="v", source=kwargs.pop("source", _source()), entities=[USER], mode="spark",
+        timestamp_field="event_timestamp", aggregations=aggregations,
+        schema=[Field(name="user_id", dtype=Int64), *fields], **kwargs,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _session_fields() -> list[Field]:
+    return [Field(name=SESSION_START, dtype=UnixTimestamp),
+            Field(name=SESSION_DURATION, dtype=Float64), Field(name="n", dtype=Int64)]  # fmt: skip
+
+
+def test_a_tiled_view_carries_its_hop() -> None:
+    aggregation = Aggregation(column="amount", function="sum", time_window=timedelta(hours=1))
+    spec = stream_view_spec(
+        _view([aggregation], [Field(name="sum_amount_3600s", dtype=Float64)],
+              enable_tiling=True, tiling_hop_size=timedelta(minutes=5))
+    )  # fmt: skip
+    assert spec.tile_hop_ns == 300 * 10**9
+    assert spec.session_gap_ns is None
+    assert spec.state_horizon_ns == 3600 * 10**9 + 300 * 10**9
+
+
+def test_a_session_view_takes_the_gap_and_names_from_its_aggregations() -> None:
+    aggregation = Aggregation(column="amount", function="count", time_window=GAP, name="n")
+    spec = stream_view_spec(
+        _view([aggregation], _session_fields(), tags={"featureflow.window": "session"})
+    )
+    assert spec.is_session_view and spec.session_gap_ns == 1800 * 10**9
+    assert spec.feature_names == (SESSION_START, SESSION_DURATION, "n")
+
+
+@pytest.mark.parametrize(
+    ("aggregations", "fields", "tags", "error"),
+    [
+        (
+            [Aggregation(column="amount", function="count", time_window=GAP, name="n"),
+             Aggregation(column="amount", function="sum", time_window=2 * GAP, name="s")],
+            [*_session_fields(), Field(name="s", dtype=Float64)],
+            {"featureflow.window": "session"},
+            "must be the same",
+        ),
+        (
+            [Aggregation(column="amount", function="count", time_window=GAP, name="n")],
+            [Field(name="n", dtype=Int64)],
+            {"featureflow.window": "session"},
+            r"declare the fields \['session_start', 'session_duration_s'\]",
+        ),
+        (
+            [Aggregation(column="amount", function="count", time_window=GAP, name="n")],
+            [Field(name="n", dtype=Int64)],
+            {"featureflow.window": "tumbling"},
+            "'tumbling' is unknown",
+        ),
+    ],
+)  # fmt: skip
+def test_inconsistent_session_views_are_refused_with_the_reason(
+    aggregations: list[Aggregation], fields: list[Field], tags: dict[str, str], error: str
+) -> None:
+    with pytest.raises(RepoError, match=error):
+        stream_view_spec(_view(aggregations, fields, tags=tags))
+
+
+def test_an_avro_source_gives_its_schema_and_the_fields_as_spark_ddl() -> None:
+    aggregation = Aggregation(column="amount", function="sum", time_window=timedelta(hours=1))
+    spec = stream_view_spec(
+        _view([aggregation], [Field(name="sum_amount_3600s", dtype=Float64)],
+              source=_source(AvroFormat(schema_json=TRANSACTION_SCHEMA)))
+    )  # fmt: skip
+    assert spec.avro_schema == TRANSACTION_SCHEMA
+    assert spec.json_schema == (
+        "user_id long, amount double, merchant string, event_timestamp long"
+    )
+
+
+def test_an_avro_field_of_an_unsupported_type_is_named() -> None:
+    schema = json.dumps(
+        {"type": "record", "name": "r",
+         "fields": [{"name": "tags", "type": {"type": "map", "values": "string"}}]}
+    )  # fmt: skip
+    aggregation = Aggregation(column="amount", function="sum", time_window=timedelta(hours=1))
+    view = _view([aggregation], [Field(name="sum_amount_3600s", dtype=Float64)],
+                 source=_source(AvroFormat(schema_json=schema)))  # fmt: skip
+    with pytest.raises(RepoError, match="Avro field 'tags'"):
+        stream_view_spec(view)
