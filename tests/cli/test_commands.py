@@ -71,7 +71,7 @@ def test_produce_writes_the_requested_events(kafka_bootstrap: str, topic: str) -
         kafka_bootstrap,
     )
     assert result.returncode == 0, result.stderr
-    assert "produced 500 events" in result.stdout
+    assert "produced 500 json events" in result.stdout
     assert sum(kafka_client.end_offsets(kafka_bootstrap, topic).values()) == 500
     again = _featureflow(
         "produce", "--topic", topic, "--events", "7", "--fresh", "--bootstrap", kafka_bootstrap

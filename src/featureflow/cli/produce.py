@@ -19,6 +19,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--partitions", type=int, default=2, help="partitions of a new topic")
     parser.add_argument("--fresh", action="store_true", help="delete and recreate the topic first")
+    parser.add_argument(
+        "--format", choices=("json", "avro"), default="json",
+        help="message encoding; avro: plain Avro binary of featureflow.events.avro's schema",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
@@ -31,7 +35,16 @@ def run(args: argparse.Namespace) -> int:
     kafka_broker.create_topic(args.bootstrap, args.topic, partitions=args.partitions)
     events = sample.generate(args.events, users=args.users, seed=args.seed, span_s=args.span)
     started = time.monotonic()
-    sent = kafka_client.produce(args.bootstrap, args.topic, sample.to_json(events))
+    if args.format == "avro":
+        from featureflow.events.avro import to_avro
+
+        records = to_avro(events)
+    else:
+        records = sample.to_json(events)
+    sent = kafka_client.produce(args.bootstrap, args.topic, records)
     elapsed = time.monotonic() - started
-    print(f"produced {sent} events for up to {args.users} users to {args.topic} in {elapsed:.1f} s")
+    print(
+        f"produced {sent} {args.format} events for up to {args.users} users to {args.topic} "
+        f"in {elapsed:.1f} s"
+    )
     return 0
