@@ -155,8 +155,9 @@ def test_a_killed_run_rerun_gives_the_clean_result(repo: Path, tmp_path: Path) -
         *span,
     ]  # fmt: skip
     clean = run([*command, "--offline-path", str(tmp_path / "clean")])
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    assert "backfill done:" in clean.stderr and "rows/s" in clean.stderr
+    log = clean.stdout + clean.stderr
+    assert clean.returncode == 0, log[-3000:]
+    assert "backfill done:" in log and "rows/s" in log
 
     killed_root = tmp_path / "killed"
     # A first complete run, then a second one killed once it has staged files:
