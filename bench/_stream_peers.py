@@ -1,0 +1,232 @@
+"""Peers of the stream job in ``bench/stream.py``, run on the same Kafka topic in one session.
+
+- Feast's own ``SparkKafkaProcessor`` (``feast.infra.contrib.spark_kafka_processor``):
+  JSON from Kafka, the view's ``udf``, then per micro-batch ``toPandas()`` on the
+  driver, the latest row per key, ``write_to_online_store``. It computes no
+  windows, so against it the benchmark measures the cost of ingest. Its ``udf``
+  here turns each event into the view's 18 columns (count 1, sum/mean/min/max
+  the amount, std null): the cheapest row that Feast's write accepts.
+- Spark's native streaming ``window()`` aggregation for the hopping case: per
+  user, windows of 1 h every 10 min, count/sum/avg/min/max of ``amount``, a
+  5 min watermark, append mode into the ``noop`` sink, ``availableNow``.
+
+Both are timed from their ``StreamingQuery`` progress reports: from the start
+of the first micro-batch that read records to the end of the last one (s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+FEAST_CHECKPOINT = "/tmp/checkpoint/"
+"""Where ``SparkKafkaProcessor`` hard-codes its checkpoint (shared by every run on the host)."""
+
+
+@dataclass
+class StreamRun:
+    """One system's run over the topic: what it read and how long it took."""
+
+    system: str
+    events: int  # records the system read from the topic
+    wall_s: float  # first micro-batch start -> last micro-batch end, seconds
+    batches: list[dict[str, Any]] = field(default_factory=list)  # per micro-batch breakdown
+    freshness_p50_s: float | None = None
+    freshness_p99_s: float | None = None
+    note: str = ""
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def _instant(timestamp: str) -> float:
+    """Epoch seconds of a progress report's ``timestamp`` (``2026-11-30T09:30:11.123Z``)."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def run_from_progress(system: str, progress: dict[int, dict[str, Any]]) -> StreamRun:
+    """A :class:`StreamRun` of a query's progress reports (by batch id) that read records."""
+    busy = [report for _, report in sorted(progress.items()) if report["numInputRows"] > 0]
+    if not busy:
+        return StreamRun(system, 0, 0.0, note="no micro-batch read any record")
+    batches = [
+        {
+            "batch_id": report["batchId"],
+            "records": report["numInputRows"],
+            "duration_s": report["durationMs"].get("triggerExecution", 0) / 1e3,
+            "get_offsets_s": report["durationMs"].get("latestOffset", 0) / 1e3,
+            "add_batch_s": report["durationMs"].get("addBatch", 0) / 1e3,
+        }
+        for report in busy
+    ]
+    start = _instant(busy[0]["timestamp"])
+    end = _instant(busy[-1]["timestamp"]) + batches[-1]["duration_s"]
+    return StreamRun(system, sum(b["records"] for b in batches), end - start, batches)
+
+
+def _progress(query: StreamingQuery, seen: dict[int, dict[str, Any]]) -> int:
+    """Add the query's recent progress reports to ``seen``; returns the records read so far."""
+    for report in query.recentProgress:
+        seen[report["batchId"]] = report
+    return sum(report["numInputRows"] for report in seen.values())
+
+
+@contextlib.contextmanager
+def _private_feast_checkpoint(directory: Path) -> Iterator[None]:
+    """Redirect ``SparkKafkaProcessor``'s hard-coded ``/tmp/checkpoint/`` to ``directory``.
+
+    The only change to Feast's code path: a shared ``/tmp/checkpoint/`` would
+    resume another run's offsets (or fail on another topic's checkpoint).
+    """
+    from pyspark.sql.streaming import DataStreamWriter
+
+    original = DataStreamWriter.option
+
+    def option(self: DataStreamWriter, key: str, value: Any) -> DataStreamWriter:
+        if key == "checkpointLocation" and value == FEAST_CHECKPOINT:
+            value = str(directory)
+        return original(self, key, value)
+
+    DataStreamWriter.option = option  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        DataStreamWriter.option = original  # type: ignore[method-assign]
+
+
+def feast_ingest_udf(df: DataFrame) -> DataFrame:
+    """The view's columns from each raw event: no windows, the cheapest row Feast accepts."""
+    from pyspark.sql import functions as F
+
+    stamp = F.col("event_timestamp")
+    event_ts = F.when(stamp.rlike(r"^-?[0-9]+$"), F.timestamp_millis(stamp.cast("long"))).otherwise(
+        F.try_to_timestamp(stamp)
+    )
+    columns = [F.col("user_id"), event_ts.alias("event_timestamp")]
+    for seconds in (600, 3600, 86400):
+        for function in ("count", "sum", "mean", "min", "max", "std"):
+            name = f"{function}_amount_{seconds}s"
+            if function == "count":
+                value = F.lit(1).cast("long")
+            elif function == "std":
+                value = F.lit(None).cast("double")
+            else:
+                value = F.col("amount")
+            columns.append(value.alias(name))
+    return df.where(F.col("user_id").isNotNull() & event_ts.isNotNull()).select(*columns)
+
+
+def run_feast(
+    spark: SparkSession,
+    repo: Path,
+    expected: int,
+    checkpoint: Path,
+    max_offsets_per_trigger: int,
+    timeout_s: float,
+) -> StreamRun:
+    """Feast's ``SparkKafkaProcessor`` over the topic of ``repo``'s ``user_txn_stats``.
+
+    It starts at ``latest`` by default; ``stream_source_options`` (Feast's own
+    override) makes it read the topic from ``earliest`` with the same
+    ``maxOffsetsPerTrigger`` as featureflow, so both ingest the same events.
+    Runs until it has read ``expected`` records or ``timeout_s`` seconds passed.
+    """
+    from feast.infra.contrib.spark_kafka_processor import (
+        SparkKafkaProcessor,
+        SparkProcessorConfig,
+    )
+
+    from featureflow.repo import load_store
+
+    store = load_store(repo)
+    view = store.get_stream_feature_view("user_txn_stats")
+    view.udf = feast_ingest_udf  # type: ignore[assignment]
+    config = SparkProcessorConfig(
+        mode="spark", source="kafka", spark_session=spark, processing_time="0 seconds",
+        query_timeout=1,
+    )  # fmt: skip
+    processor = SparkKafkaProcessor(
+        fs=store, sfv=view, config=config,
+        stream_source_options={
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": str(max_offsets_per_trigger),
+        },
+    )  # fmt: skip
+    with _private_feast_checkpoint(checkpoint):
+        query = processor.ingest_stream_feature_view()
+    seen: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while _progress(query, seen) < expected and time.monotonic() < deadline:
+            if query.exception() is not None:
+                raise RuntimeError(f"Feast's query failed: {query.exception()}")
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    _progress(query, seen)
+    run = run_from_progress("Feast SparkKafkaProcessor (ingest, no windows)", seen)
+    if run.events < expected:
+        run.note = f"stopped after {timeout_s:.0f} s with {run.events} of {expected} records"
+    return run
+
+
+def run_spark_window(
+    spark: SparkSession,
+    repo: Path,
+    bootstrap: str,
+    checkpoint: Path,
+    max_offsets_per_trigger: int,
+) -> StreamRun:
+    """Spark's hopping ``window(1 h, 10 min)`` per user over the topic, ``availableNow``.
+
+    Parses records with the job's own parser (:func:`featureflow.spark.parse.parse_events`)
+    so both pay the same parse cost; events behind the 5 min watermark are dropped.
+    """
+    from pyspark.sql import functions as F
+
+    from featureflow.repo import load_store, stream_view_specs
+    from featureflow.spark.parse import ERROR_REASON, EVENT_TIME, parse_events
+    from featureflow.spark.pipeline import StreamOptions, read_kafka
+
+    spec = stream_view_specs(load_store(repo), ["user_txn_stats"])[0]
+    options = StreamOptions(
+        checkpoint=str(checkpoint), bootstrap=bootstrap,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )  # fmt: skip
+    events = parse_events(read_kafka(spark, spec, options), spec).where(
+        F.col(ERROR_REASON).isNull()
+    )
+    windows = (
+        events.withWatermark(EVENT_TIME, "5 minutes")
+        .groupBy(F.window(EVENT_TIME, "1 hour", "10 minutes"), F.col(spec.join_key))
+        .agg(
+            F.count("amount").alias("count"),
+            F.sum("amount").alias("sum"),
+            F.avg("amount").alias("mean"),
+            F.min("amount").alias("min"),
+            F.max("amount").alias("max"),
+        )
+    )
+    query = (
+        windows.writeStream.format("noop")
+        .outputMode("append")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"Spark's window query failed: {query.exception()}")
+    seen: dict[int, dict[str, Any]] = {}
+    _progress(query, seen)
+    return run_from_progress("Spark window(1 h, 10 min) hopping, noop sink", seen)

@@ -1,0 +1,486 @@
+"""Stream job benchmark: sustained events/s and freshness, against Feast's and Spark's own.
+
+1. Sustained throughput. ``--events`` sample events (``--users`` Zipf-skewed
+   users, event time over the last day) go into a fresh 2-partition topic; the
+   job (``spark-submit jobs/realtime.py --available-now``) runs on a private copy
+   of the example repo, once with both views and once with ``user_txn_stats``
+   alone. events/s = topic events / wall time of the query, from the start of
+   its first micro-batch to the end of its last (``featureflow.metrics`` lines).
+2. Peers on the same topic, in the same run: Feast's ``SparkKafkaProcessor``
+   (ingest only, no windows) and Spark's native hopping ``window()``
+   aggregation (see ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``.
+3. Freshness: the job runs continuously on a new topic while a producer writes
+   events stamped "now" at a fixed rate (default half of step 1's rate) for
+   ``--fresh-seconds``; freshness (online write time - event time, s) p50/p99
+   from the metrics lines, weighted by each micro-batch's events.
+
+Prints a markdown table; writes ``bench/results/stream.json`` and ``stream.md``.
+The machine has 2 cores shared with other work: the load average is recorded.
+
+Usage: .venv/bin/python bench/stream.py [--events N] [--users U]
+       [--max-offsets-per-trigger M] [--skip feast,window,rolling,fresh]
+(run by ``make bench``, not by the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _stream_peers import StreamRun, run_feast, run_spark_window  # noqa: E402
+
+from featureflow.events import sample  # noqa: E402
+from featureflow.infra import kafka_broker, kafka_client  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+BIN = Path(sys.executable).parent
+METRICS_LINE = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO featureflow\.metrics: (\{.*\})$"
+)
+SKIPPABLE = ("feast", "window", "rolling", "fresh")
+
+
+def _env() -> dict[str, str]:
+    return dict(
+        os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+    )  # fmt: skip
+
+
+def private_repo(root: Path, name: str, topic: str) -> Path:
+    """A copy of ``feature_repo/`` in ``root`` reading ``topic``, applied through the gate."""
+    repo = root / name
+    shutil.copytree(
+        ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data", "__pycache__")
+    )
+    definitions = repo / "features.py"
+    definitions.write_text(
+        definitions.read_text().replace('topic="transactions"', f'topic="{topic}"')
+    )
+    applied = subprocess.run(
+        [str(BIN / "featureflow"), "apply", "--repo", str(repo),
+         "--schemas", str(ROOT / "schemas")],
+        capture_output=True, text=True, env=_env(), check=False,
+    )  # fmt: skip
+    if applied.returncode:
+        raise RuntimeError(f"featureflow apply failed:\n{applied.stdout}{applied.stderr}")
+    return repo
+
+
+def job_command(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
+    return [
+        str(BIN / "spark-submit"), "--master", "local[2]", str(ROOT / "jobs" / "realtime.py"),
+        "--repo", str(repo), "--schemas", str(ROOT / "schemas"), "--bootstrap", bootstrap,
+        "--checkpoint", str(checkpoint), *extra,
+    ]  # fmt: skip
+
+
+def metrics_lines(log: str) -> list[dict[str, Any]]:
+    """The job's per-batch metrics, each with ``end_s`` (epoch s of the log line: batch end)."""
+    lines = []
+    for line in log.splitlines():
+        match = METRICS_LINE.match(line)
+        if match:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
+            lines.append({**json.loads(match.group(2)), "end_s": stamp.timestamp()})
+    return lines
+
+
+def job_run(system: str, topic_events: int, batches: list[dict[str, Any]]) -> StreamRun:
+    """The job's wall time: first batch start (its end - duration) to the last batch end."""
+    busy = [b for b in batches if b["records"] > 0]
+    if not busy:
+        return StreamRun(system, 0, 0.0, note="no metrics line with records")
+    start = min(b["end_s"] - b["duration_s"] for b in busy)
+    end = max(b["end_s"] for b in busy)
+    keep = ("view", "batch_id", "records", "events", "state_rows", "entities_written", "duration_s",
+            "freshness_p50_s", "freshness_p99_s")  # fmt: skip
+    return StreamRun(system, topic_events, end - start, [{k: b[k] for k in keep} for b in busy])
+
+
+def run_job(repo: Path, bootstrap: str, checkpoint: Path, events: int, system: str,
+            max_offsets: int, *extra: str) -> StreamRun:  # fmt: skip
+    """The job with ``--available-now`` to the end of the topic."""
+    command = job_command(repo, bootstrap, checkpoint, "--available-now",
+                          "--max-offsets-per-trigger", str(max_offsets), *extra)  # fmt: skip
+    log_path = checkpoint.parent / f"{checkpoint.name}.log"
+    with log_path.open("w") as log_file:
+        job = subprocess.run(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=_env(), check=False
+        )
+    log = log_path.read_text()
+    if job.returncode or "kernels: mojo" not in log:
+        raise RuntimeError(f"the job failed (exit {job.returncode}):\n{log[-4000:]}")
+    return job_run(system, events, metrics_lines(log))
+
+
+def rows(events: sample.SampleEvents, start: int, stop: int) -> sample.SampleEvents:
+    """Events ``start:stop`` (production order)."""
+    columns = {f.name: getattr(events, f.name)[start:stop] for f in dataclasses.fields(events)}
+    return dataclasses.replace(events, **columns)
+
+
+def encode_json(events: sample.SampleEvents) -> list[tuple[bytes, bytes]]:
+    """The records of :func:`featureflow.events.sample.to_json`, encoded column-wise by Arrow.
+
+    Same JSON fields and values (``to_json`` loops in Python: ~10 x slower, too
+    slow to feed the job at the benchmark's rates on this machine). Timestamps:
+    RFC 3339 text with milliseconds, or epoch milliseconds where
+    ``millis_encoded``; a NaN amount is ``null``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    millis = pa.array(events.event_ns // 1_000_000, pa.int64())
+    text = pc.replace_substring(pc.cast(millis.cast(pa.timestamp("ms")), pa.string()), " ", "T")
+    rfc3339 = pc.binary_join_element_wise('"', text, 'Z"', "")
+    user = pc.cast(pa.array(events.user_id, pa.int64()), pa.string())
+    amount = pa.array(events.amount, pa.float64(), from_pandas=True)
+    stamp = pc.if_else(events.millis_encoded, pc.cast(millis, pa.string()), rfc3339)
+    value = pc.binary_join_element_wise(
+        '{"user_id":', user,
+        ',"amount":', pc.fill_null(pc.cast(amount, pa.string()), "null"),
+        ',"merchant":"', pa.array(events.merchant, pa.string()),
+        '","event_timestamp":', stamp,
+        "}", "",
+    )  # fmt: skip
+    keys = user.cast(pa.binary()).to_pylist()
+    return list(zip(keys, value.cast(pa.binary()).to_pylist(), strict=True))
+
+
+def check_encoding(events: sample.SampleEvents, count: int = 2_000) -> None:
+    """:func:`encode_json` must carry the same events as ``sample.to_json`` (as parsed JSON)."""
+    head = rows(events, 0, count)
+    expected = [(k, json.loads(v)) for k, v in sample.to_json(head)]
+    got = [(k, json.loads(v)) for k, v in encode_json(head)]
+    if got != expected:
+        raise AssertionError("encode_json disagrees with sample.to_json")
+
+
+def produce_events(bootstrap: str, topic: str, events: int, users: int, seed: int) -> float:
+    """Generate and produce ``events`` sample events into a new 2-partition topic; returns s."""
+    kafka_broker.create_topic(bootstrap, topic, partitions=2)
+    generated = sample.generate(events, users=users, seed=seed)
+    check_encoding(generated)
+    started = time.monotonic()
+    for start in range(0, events, 1_000_000):
+        chunk = rows(generated, start, start + 1_000_000)
+        kafka_client.produce(bootstrap, topic, encode_json(chunk), timeout_s=600)
+    return time.monotonic() - started
+
+
+class RateProducer(threading.Thread):
+    """Writes events stamped "now" (ms) at ``rate`` events/s, in 200 ms ticks, for ``seconds``.
+
+    Each tick's events are acknowledged before the next tick starts; when a tick
+    takes longer than 200 ms the achieved rate falls below ``rate`` (reported).
+    """
+
+    TICK_S = 0.2
+
+    def __init__(self, bootstrap: str, topic: str, rate: float, seconds: float, users: int):
+        super().__init__(daemon=True)
+        self.bootstrap, self.topic, self.rate, self.seconds = bootstrap, topic, rate, seconds
+        self.per_tick = max(1, int(rate * self.TICK_S))
+        self.pool = sample.generate(self.per_tick * 20, users=users, seed=11)
+        self.sent = 0
+        self.elapsed_s = 0.0
+
+    def run(self) -> None:
+        started = time.monotonic()
+        tick = 0
+        while (now := time.monotonic()) - started < self.seconds:
+            due = started + tick * self.TICK_S
+            if now < due:
+                time.sleep(due - now)
+            at = (tick % 20) * self.per_tick
+            chunk = rows(self.pool, at, at + self.per_tick)
+            stamp_ns = time.time_ns() // 1_000_000 * 1_000_000
+            chunk = dataclasses.replace(chunk, event_ns=np.full(self.per_tick, stamp_ns))
+            self.sent += kafka_client.produce(self.bootstrap, self.topic, encode_json(chunk))
+            tick += 1
+        self.elapsed_s = time.monotonic() - started
+
+
+def weighted_quantile(values: list[float], weights: list[int], q: float) -> float | None:
+    """The ``q`` quantile of ``values`` where each counts ``weights`` times (None if empty)."""
+    if not values or sum(weights) == 0:
+        return None
+    order = np.argsort(values)
+    cumulative = np.cumsum(np.asarray(weights)[order])
+    return float(np.asarray(values)[order][np.searchsorted(cumulative, q * cumulative[-1])])
+
+
+def run_freshness(root: Path, bootstrap: str, rate: float, seconds: float, users: int) -> StreamRun:
+    """Freshness of the job (both views) while a producer writes ``rate`` events/s stamped now.
+
+    p50: the events-weighted median of the batches' p50; p99: the events-weighted
+    0.99 quantile of the batches' p99 (both from the job's merged histograms,
+    bucket upper edges, ~10 % resolution).
+    """
+    topic = f"bench-stream-fresh-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(bootstrap, topic, partitions=2)
+    repo = private_repo(root, "repo-fresh", topic)
+    checkpoint = root / "checkpoint-fresh"
+    log_path = root / "checkpoint-fresh.log"
+    with log_path.open("w") as log_file:
+        job = subprocess.Popen(job_command(repo, bootstrap, checkpoint), stdout=log_file,
+                               stderr=subprocess.STDOUT, env=_env())  # fmt: skip
+        try:
+            deadline = time.monotonic() + 180
+            while "SIGTERM stops the queries" not in log_path.read_text():
+                if job.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the job did not start:\n{log_path.read_text()[-4000:]}")
+                time.sleep(0.5)
+            producer = RateProducer(bootstrap, topic, rate, seconds, users)
+            started_s = time.time()
+            producer.start()
+            producer.join()
+            time.sleep(5)  # let the job catch up with the last events
+        finally:
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(120)
+            except subprocess.TimeoutExpired:
+                job.kill()
+    batches = [b for b in metrics_lines(log_path.read_text()) if b["events"] > 0]
+    run = job_run("featureflow, both views, live", producer.sent, batches)
+    run.events = sum(b["events"] for b in batches if b["view"] == "user_txn_stats")
+    run.freshness_p50_s = weighted_quantile(
+        [b["freshness_p50_s"] for b in batches], [b["events"] for b in batches], 0.5
+    )
+    run.freshness_p99_s = weighted_quantile(
+        [b["freshness_p99_s"] for b in batches], [b["events"] for b in batches], 0.99
+    )
+    achieved = producer.sent / producer.elapsed_s if producer.elapsed_s else 0.0
+    run.note = (f"producer: {producer.sent} events in {producer.elapsed_s:.0f} s "
+                f"({achieved:,.0f}/s, target {rate:,.0f}/s), started {started_s:.0f}")  # fmt: skip
+    return run
+
+
+def profile_phases(root: Path, events: int, users: int, batch: int, partitions: int) -> str:
+    """Where a micro-batch's time goes on the executors, phase by phase, outside Spark.
+
+    Replays what :class:`~featureflow.spark.online_sink.OnlineFeatureWriter` does
+    for shuffle partition 0 of ``partitions`` (users hashed as ``user_id %
+    partitions``), micro-batch after micro-batch of ``batch`` topic events, with
+    the job's own functions: load the state, compute the view's outputs (state
+    + new events), write the online store (SQLite), the offline log and the new
+    state. Returns a markdown table of seconds per phase and batch.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from featureflow.repo import load_store, stream_view_specs
+    from featureflow.spark import online_sink
+    from featureflow.spark.offline_sink import OfflineFeatureLog
+    from featureflow.spark.state import StateStore
+
+    repo = private_repo(root, "repo-phases", "unused")
+    store = load_store(repo)
+    generated = sample.generate(events, users=users, seed=5)
+    mine = generated.user_id % partitions == 0
+    table = pa.table(
+        {
+            "user_id": generated.user_id[mine],
+            "event_ns": generated.event_ns[mine],
+            "amount": pa.array(generated.amount[mine], from_pandas=True),
+        }
+    )
+    per_batch = batch // partitions
+    lines = ["| view | batch | new | state in | load | compute | online | offline | save | total |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for spec in stream_view_specs(store):
+        state = StateStore(str(root / "phases-state" / spec.name), partitions)
+        offline = OfflineFeatureLog(str(root / "phases-offline"), spec.name)
+        outputs = (
+            online_sink.session_outputs if spec.is_session_view else online_sink.rolling_outputs
+        )
+        seen_max = 0
+        for batch_id, start in enumerate(range(0, table.num_rows, per_batch)):
+            new = table.slice(start, per_batch)
+            seen_max = max(seen_max, int(pc.max(new.column("event_ns")).as_py()))
+            clock = [time.perf_counter()]
+            prior = state.load_events(0, before_batch=batch_id)
+            clock.append(time.perf_counter())
+            events_in = new if prior is None else pa.concat_tables([prior, new])
+            rows, history, kept = outputs(
+                events_in, new.num_rows, spec, seen_max - spec.watermark_ns
+            )
+            clock.append(time.perf_counter())
+            online_sink.write_online(store, spec, rows)
+            clock.append(time.perf_counter())
+            offline.write(batch_id, 0, history)
+            clock.append(time.perf_counter())
+            state.save_events(0, batch_id, kept)
+            clock.append(time.perf_counter())
+            phases = " | ".join(f"{b - a:.2f}" for a, b in itertools.pairwise(clock))
+            lines.append(f"| {spec.name} | {batch_id} | {new.num_rows:,} "
+                         f"| {0 if prior is None else prior.num_rows:,} | {phases} "
+                         f"| {clock[-1] - clock[0]:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def table(runs: list[StreamRun], reference: StreamRun | None) -> str:
+    """The markdown table of the runs (ratio: events/s vs featureflow with both views)."""
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3g}"
+
+    lines = ["| system | events | wall s | events/s | vs featureflow | freshness p50 / p99 s |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for run in runs:
+        ratio = (
+            run.events_per_s / reference.events_per_s
+            if reference and reference.events_per_s
+            else None
+        )
+        fresh = (
+            "-"
+            if run.freshness_p50_s is None
+            else f"{fmt(run.freshness_p50_s)} / {fmt(run.freshness_p99_s)}"
+        )
+        shown = "-" if ratio is None else f"{ratio:.2f}x"
+        lines.append(
+            f"| {run.system} | {run.events:,} | {run.wall_s:.1f} | {run.events_per_s:,.0f} "
+            f"| {shown} | {fresh} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--users", type=int, default=100_000)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=500_000)
+    parser.add_argument(
+        "--fresh-rate",
+        type=float,
+        default=0.0,
+        help="events/s of the freshness run (default: half the sustained rate)",
+    )
+    parser.add_argument("--fresh-seconds", type=float, default=90.0)
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(SKIPPABLE)}")
+    parser.add_argument("--feast-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--phases", action="store_true",
+        help="only time the executor phases of one shuffle partition (no Kafka, no Spark)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    if args.phases:
+        with tempfile.TemporaryDirectory(prefix="bench-stream-phases-") as tmp:
+            profile = profile_phases(
+                Path(tmp), args.events, args.users, args.max_offsets_per_trigger, partitions=4
+            )
+        print(profile)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "stream-phases.md").write_text(
+            f"Executor phases of shuffle partition 0 of 4, seconds; {args.events:,} events, "
+            f"{args.users:,} users, {args.max_offsets_per_trigger:,} events per micro-batch "
+            f"(load average {os.getloadavg()[0]:.1f} on a shared 2-core machine).\n\n"
+            f"{profile}\n"
+        )
+        return 0
+    skip = {name for name in args.skip.split(",") if name}
+    if skip - set(SKIPPABLE):
+        parser.error(f"--skip takes {SKIPPABLE}, got {sorted(skip)}")
+
+    load_before = os.getloadavg()
+    runs: list[StreamRun] = []
+    with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
+        root = Path(tmp)
+        topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
+        produce_s = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
+        print(
+            f"produced {args.events:,} events ({args.users:,} users) to {topic}"
+            f" in {produce_s:.0f} s"
+        )
+        offsets = args.max_offsets_per_trigger
+        repo = private_repo(root, "repo-both", topic)
+        both = run_job(repo, args.bootstrap, root / "ckpt-both", args.events,
+                       "featureflow, both views (18 rolling + session)", offsets)  # fmt: skip
+        runs.append(both)
+        print(table(runs, both), flush=True)
+        if "rolling" not in skip:
+            rolling_repo = private_repo(root, "repo-rolling", topic)
+            runs.append(run_job(rolling_repo, args.bootstrap, root / "ckpt-rolling", args.events,
+                                "featureflow, user_txn_stats only (18 rolling)", offsets,
+                                "--view", "user_txn_stats"))  # fmt: skip
+            print(table(runs, both), flush=True)
+        if {"window", "feast"} - skip:
+            from featureflow.spark.session import build_session
+
+            spark = build_session(
+                "bench-stream-peers",
+                master="local[2]",
+                extra_conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"},
+            )
+            if "window" not in skip:
+                runs.append(
+                    run_spark_window(spark, repo, args.bootstrap, root / "ckpt-window", offsets)
+                )
+                print(table(runs, both), flush=True)
+            if "feast" not in skip:
+                feast_repo = private_repo(root, "repo-feast", topic)
+                runs.append(run_feast(spark, feast_repo, args.events, root / "ckpt-feast", offsets,
+                                      args.feast_timeout))  # fmt: skip
+                print(table(runs, both), flush=True)
+            spark.stop()
+        kafka_broker.delete_topic(args.bootstrap, topic)
+        if "fresh" not in skip:
+            rate = args.fresh_rate or both.events_per_s / 2
+            runs.append(run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users))
+    load_after = os.getloadavg()
+    text = table(runs, both)
+    print(text)
+    for run in runs:
+        if run.note:
+            print(f"- {run.system}: {run.note}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    scale = {"events": args.events, "users": args.users, "max_offsets_per_trigger": offsets,
+             "fresh_seconds": args.fresh_seconds}  # fmt: skip
+    record = {
+        "benchmark": "stream job: sustained events/s and freshness vs Feast and Spark",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
+        "load_average_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
+        "scale": scale,
+        "produce_s": round(produce_s, 1),
+        "runs": [
+            {**dataclasses.asdict(run), "events_per_s": round(run.events_per_s, 1)} for run in runs
+        ],
+    }
+    (RESULTS / "stream.json").write_text(json.dumps(record, indent=2) + "\n")
+    (RESULTS / "stream.md").write_text(
+        f"Scale: {scale}; load average (1 min) before/after "
+        f"{record['load_average_1m_before_after']} on a shared 2-core machine.\n\n{text}\n"
+        + "".join(f"\n- {run.system}: {run.note}" for run in runs if run.note)
+        + "\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
