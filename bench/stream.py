@@ -13,12 +13,17 @@
    events stamped "now" at a fixed rate (default half of step 1's rate) for
    ``--fresh-seconds``; freshness (online write time - event time, s) p50/p99
    from the metrics lines, weighted by each micro-batch's events.
+4. ``--phases``: where a micro-batch's time goes on the executors (state load,
+   compute, online write, offline write, state save), replayed for one shuffle
+   partition outside Spark with the job's own functions.
 
-Prints a markdown table; writes ``bench/results/stream.json`` and ``stream.md``.
-The machine has 2 cores shared with other work: the load average is recorded.
+Prints markdown tables; writes ``bench/results/stream.json`` and ``stream.md``,
+one section per step (sustained, freshness, phases), each with its scale and
+the load average: the machine has 2 cores shared with other work.
 
 Usage: .venv/bin/python bench/stream.py [--events N] [--users U]
-       [--max-offsets-per-trigger M] [--skip feast,window,rolling,fresh]
+       [--max-offsets-per-trigger M] [--skip sustained,rolling,window,feast,fresh]
+       [--fresh-rate R --fresh-seconds S] [--phases]
 (run by ``make bench``, not by the tests).
 """
 
@@ -59,7 +64,7 @@ BIN = Path(sys.executable).parent
 METRICS_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO featureflow\.metrics: (\{.*\})$"
 )
-SKIPPABLE = ("feast", "window", "rolling", "fresh")
+SKIPPABLE = ("sustained", "rolling", "window", "feast", "fresh")
 
 
 def _env() -> dict[str, str]:
@@ -370,17 +375,92 @@ def table(runs: list[StreamRun], reference: StreamRun | None) -> str:
     return "\n".join(lines)
 
 
+def save(section: str, content: dict[str, Any]) -> None:
+    """Store one section (``sustained``, ``freshness``, ``phases``) of ``stream.json``.
+
+    Each section is its own run (scale, load average); sections not run now are
+    kept from earlier runs. ``stream.md`` shows every section's table.
+    """
+    path = RESULTS / "stream.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
+    record.setdefault("benchmark", "stream job: sustained events/s and freshness vs peers")
+    record["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, shared with other work"
+    record.setdefault("sections", {})[section] = {
+        **content, "recorded": datetime.now().astimezone().isoformat(timespec="seconds"),
+    }  # fmt: skip
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    parts = [f"# {record['benchmark']}\n\n{record['machine']}."]
+    for name, done in record["sections"].items():
+        load = done.get("load_average_1m", "?")
+        parts.append(
+            f"## {name} ({done['recorded']}; load average {load})\n\n"
+            f"Scale: {done.get('scale', {})}\n\n{done['table']}"
+            + "".join(f"\n- {note}" for note in done.get("notes", []))
+        )
+    (RESULTS / "stream.md").write_text("\n\n".join(parts) + "\n")
+
+
+def as_record(runs: list[StreamRun]) -> list[dict[str, Any]]:
+    return [{**dataclasses.asdict(r), "events_per_s": round(r.events_per_s, 1)} for r in runs]
+
+
+def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun:
+    """Step 1 and the peers on one topic of ``args.events`` events; returns the reference run."""
+    load_before = os.getloadavg()[0]
+    topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
+    produce_s = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
+    print(f"produced {args.events:,} events ({args.users:,} users) to {topic} in {produce_s:.0f} s")
+    offsets = args.max_offsets_per_trigger
+    repo = private_repo(root, "repo-both", topic)
+    both = run_job(repo, args.bootstrap, root / "ckpt-both", args.events,
+                   "featureflow, both views (18 rolling + session)", offsets)  # fmt: skip
+    runs = [both]
+    print(table(runs, both), flush=True)
+    if "rolling" not in skip:
+        rolling_repo = private_repo(root, "repo-rolling", topic)
+        runs.append(run_job(rolling_repo, args.bootstrap, root / "ckpt-rolling", args.events,
+                            "featureflow, user_txn_stats only (18 rolling)", offsets,
+                            "--view", "user_txn_stats"))  # fmt: skip
+        print(table(runs, both), flush=True)
+    if {"window", "feast"} - skip:
+        from featureflow.spark.session import build_session
+
+        spark = build_session(
+            "bench-stream-peers", master="local[2]",
+            extra_conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"},
+        )  # fmt: skip
+        if "window" not in skip:
+            runs.append(
+                run_spark_window(spark, repo, args.bootstrap, root / "ckpt-window", offsets)
+            )
+            print(table(runs, both), flush=True)
+        if "feast" not in skip:
+            feast_repo = private_repo(root, "repo-feast", topic)
+            runs.append(run_feast(spark, feast_repo, args.events, root / "ckpt-feast", offsets,
+                                  args.feast_timeout))  # fmt: skip
+            print(table(runs, both), flush=True)
+        spark.stop()
+    kafka_broker.delete_topic(args.bootstrap, topic)
+    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    save("sustained", {
+        "scale": {"events": args.events, "users": args.users, "max_offsets_per_trigger": offsets},
+        "load_average_1m": load, "produce_s": round(produce_s, 1), "runs": as_record(runs),
+        "table": table(runs, both), "notes": [f"{r.system}: {r.note}" for r in runs if r.note],
+    })  # fmt: skip
+    return both
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=500_000)
     parser.add_argument(
-        "--fresh-rate",
-        type=float,
-        default=0.0,
-        help="events/s of the freshness run (default: half the sustained rate)",
-    )
+        "--fresh-rate", type=float, default=0.0,
+        help="events/s of the freshness run (default: half the sustained rate; "
+             "required with --skip sustained)",
+    )  # fmt: skip
     parser.add_argument("--fresh-seconds", type=float, default=90.0)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(SKIPPABLE)}")
@@ -391,94 +471,38 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     if args.phases:
+        load_before = os.getloadavg()[0]
         with tempfile.TemporaryDirectory(prefix="bench-stream-phases-") as tmp:
             profile = profile_phases(
                 Path(tmp), args.events, args.users, args.max_offsets_per_trigger, partitions=4
             )
         print(profile)
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "stream-phases.md").write_text(
-            f"Executor phases of shuffle partition 0 of 4, seconds; {args.events:,} events, "
-            f"{args.users:,} users, {args.max_offsets_per_trigger:,} events per micro-batch "
-            f"(load average {os.getloadavg()[0]:.1f} on a shared 2-core machine).\n\n"
-            f"{profile}\n"
-        )
+        save("phases", {
+            "scale": {"events": args.events, "users": args.users,
+                      "events_per_batch": args.max_offsets_per_trigger, "partition": "0 of 4"},
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "table": profile,
+        })  # fmt: skip
         return 0
     skip = {name for name in args.skip.split(",") if name}
     if skip - set(SKIPPABLE):
         parser.error(f"--skip takes {SKIPPABLE}, got {sorted(skip)}")
-
-    load_before = os.getloadavg()
-    runs: list[StreamRun] = []
+    if "sustained" in skip and not args.fresh_rate and "fresh" not in skip:
+        parser.error("--skip sustained needs --fresh-rate")
     with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
         root = Path(tmp)
-        topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
-        produce_s = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
-        print(
-            f"produced {args.events:,} events ({args.users:,} users) to {topic}"
-            f" in {produce_s:.0f} s"
-        )
-        offsets = args.max_offsets_per_trigger
-        repo = private_repo(root, "repo-both", topic)
-        both = run_job(repo, args.bootstrap, root / "ckpt-both", args.events,
-                       "featureflow, both views (18 rolling + session)", offsets)  # fmt: skip
-        runs.append(both)
-        print(table(runs, both), flush=True)
-        if "rolling" not in skip:
-            rolling_repo = private_repo(root, "repo-rolling", topic)
-            runs.append(run_job(rolling_repo, args.bootstrap, root / "ckpt-rolling", args.events,
-                                "featureflow, user_txn_stats only (18 rolling)", offsets,
-                                "--view", "user_txn_stats"))  # fmt: skip
-            print(table(runs, both), flush=True)
-        if {"window", "feast"} - skip:
-            from featureflow.spark.session import build_session
-
-            spark = build_session(
-                "bench-stream-peers",
-                master="local[2]",
-                extra_conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"},
-            )
-            if "window" not in skip:
-                runs.append(
-                    run_spark_window(spark, repo, args.bootstrap, root / "ckpt-window", offsets)
-                )
-                print(table(runs, both), flush=True)
-            if "feast" not in skip:
-                feast_repo = private_repo(root, "repo-feast", topic)
-                runs.append(run_feast(spark, feast_repo, args.events, root / "ckpt-feast", offsets,
-                                      args.feast_timeout))  # fmt: skip
-                print(table(runs, both), flush=True)
-            spark.stop()
-        kafka_broker.delete_topic(args.bootstrap, topic)
+        reference = None if "sustained" in skip else sustained(args, root, skip)
         if "fresh" not in skip:
-            rate = args.fresh_rate or both.events_per_s / 2
-            runs.append(run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users))
-    load_after = os.getloadavg()
-    text = table(runs, both)
-    print(text)
-    for run in runs:
-        if run.note:
-            print(f"- {run.system}: {run.note}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    scale = {"events": args.events, "users": args.users, "max_offsets_per_trigger": offsets,
-             "fresh_seconds": args.fresh_seconds}  # fmt: skip
-    record = {
-        "benchmark": "stream job: sustained events/s and freshness vs Feast and Spark",
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
-        "load_average_1m_before_after": [round(load_before[0], 2), round(load_after[0], 2)],
-        "scale": scale,
-        "produce_s": round(produce_s, 1),
-        "runs": [
-            {**dataclasses.asdict(run), "events_per_s": round(run.events_per_s, 1)} for run in runs
-        ],
-    }
-    (RESULTS / "stream.json").write_text(json.dumps(record, indent=2) + "\n")
-    (RESULTS / "stream.md").write_text(
-        f"Scale: {scale}; load average (1 min) before/after "
-        f"{record['load_average_1m_before_after']} on a shared 2-core machine.\n\n{text}\n"
-        + "".join(f"\n- {run.system}: {run.note}" for run in runs if run.note)
-        + "\n"
-    )
+            load_before = os.getloadavg()[0]
+            rate = args.fresh_rate or (reference.events_per_s / 2 if reference else 0.0)
+            live = run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users)
+            print(table([live], None), f"\n- {live.note}", flush=True)
+            save("freshness", {
+                "scale": {"rate": round(rate, 1), "seconds": args.fresh_seconds,
+                          "users": args.users},
+                "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+                "runs": as_record([live]), "table": table([live], None), "notes": [live.note],
+            })  # fmt: skip
     return 0
 
 
