@@ -64,17 +64,21 @@ def apply(repo: Path, topic: str) -> None:
     assert applied.returncode == 0, applied.stdout + applied.stderr
 
 
-def job_command(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
+def job_command(
+    repo: Path, bootstrap: str, checkpoint: Path, *extra: str, master: str = "local[2]"
+) -> list[str]:
     return [
-        str(BIN / "spark-submit"), "--master", "local[2]", str(REPO_ROOT / "jobs" / "realtime.py"),
+        str(BIN / "spark-submit"), "--master", master, str(REPO_ROOT / "jobs" / "realtime.py"),
         "--repo", str(repo), "--schemas", str(REPO_ROOT / "schemas"), "--bootstrap", bootstrap,
         "--checkpoint", str(checkpoint), *extra,
     ]  # fmt: skip
 
 
-def run_job(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> str:
+def run_job(
+    repo: Path, bootstrap: str, checkpoint: Path, *extra: str, master: str = "local[2]"
+) -> str:
     """Run the job with ``--available-now`` to the end of the topic; returns its log."""
-    job = run(job_command(repo, bootstrap, checkpoint, "--available-now", *extra))
+    job = run(job_command(repo, bootstrap, checkpoint, "--available-now", *extra, master=master))
     log = job.stdout + job.stderr
     assert job.returncode == 0, log[-5000:]
     assert "kernels: mojo" in log
