@@ -254,7 +254,7 @@ def run_freshness(root: Path, bootstrap: str, rate: float, seconds: float, users
         job = subprocess.Popen(job_command(repo, bootstrap, checkpoint), stdout=log_file,
                                stderr=subprocess.STDOUT, env=_env())  # fmt: skip
         try:
-            deadline = time.monotonic() + 180
+            deadline = time.monotonic() + 600  # a loaded machine starts Spark slowly
             while "SIGTERM stops the queries" not in log_path.read_text():
                 if job.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the job did not start:\n{log_path.read_text()[-4000:]}")
