@@ -1,10 +1,11 @@
 """Benchmark of the window kernels against DuckDB, Polars, pandas and Spark SQL.
 
-10 M events, 100 k keys, ts uniform over one day (in time order, as a stream
-delivers them): rolling count/sum/mean/min/max over 1 h; the same over 10 min,
+10 M events, 100 k uniform keys, ts uniform over one day (in time order, as a
+stream delivers them; ``--shuffle`` times unsorted input instead, written to
+kernels_unsorted.*): rolling count/sum/mean/min/max over 1 h; the same over 10 min,
 1 h and 24 h at once; sessions with a 30 min gap; and the unkeyed rolling sum
 against a memcpy of its inputs and outputs (the physical limit). Prints a
-markdown table, writes bench/results/kernels.json and kernels.png.
+markdown table (also bench/results/kernels.md), writes kernels.json and kernels.png.
 
 Usage: .venv/bin/python bench/kernels.py [--events N] [--keys K] [--skip spark,pandas]
 (run by ``make bench``, not by the tests).
@@ -38,13 +39,15 @@ HOUR = 3_600 * 10**9
 AGGS5 = ["count", "sum", "mean", "min", "max"]
 
 
-def make_events(n: int, keys: int, seed: int = 42) -> pa.Table:
+def make_events(n: int, keys: int, shuffle: bool = False, seed: int = 42) -> pa.Table:
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(0, 24 * HOUR, n))
+    if shuffle:
+        ts = rng.permutation(ts)
     return pa.table(
         {
             "ts": ts,
-            "k": rng.zipf(1.3, n) % keys,  # skewed users
+            "k": rng.integers(0, keys, n),  # uniform keys, as the issue and the peers' figures
             "v": rng.gamma(2.0, 30.0, n),
         }
     )
@@ -238,10 +241,11 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--skip", default="", help="comma-separated engines to skip")
+    parser.add_argument("--shuffle", action="store_true", help="ts not in time order")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    ev = make_events(args.events, args.keys)
+    ev = make_events(args.events, args.keys, args.shuffle)
     engines: dict[str, Callable[[pa.Table], dict[str, Callable[[], object]]]] = {
         "featureflow mojo": lambda e: featureflow("mojo", e),
         "featureflow numpy": lambda e: featureflow("numpy", e),
@@ -259,8 +263,7 @@ def main() -> int:
         for task, fn in tasks.items():
             slow = ("spark", "pandas", "featureflow numpy", "duckdb")
             repeat = 1 if engine in slow else 3
-            if engine != "duckdb":  # DuckDB takes minutes per query on this data: no warm-up
-                fn()  # warm-up (JIT, caches, kernel load)
+            fn()  # warm-up (JIT, caches, kernel load)
             seconds.setdefault(task, {})[engine] = timed(fn, repeat)
             print(
                 f"{engine:18s} {task:26s} {seconds[task][engine]:8.3f} s",
@@ -296,17 +299,22 @@ def main() -> int:
     report = {
         "events": n,
         "keys": args.keys,
+        "keys_distribution": "uniform",
+        "ts_in_order": not args.shuffle,
+        "load_average_1m_at_end": os.getloadavg()[0],
         "seconds": seconds,
         "peak_rss_bytes": peak_rss,
         "featureflow_mojo_peak_memory": peaks,
         "backend_reason": ops.backend_reason(),
     }
-    (RESULTS / "kernels.json").write_text(json.dumps(report, indent=2) + "\n")
-    chart(seconds, n)
+    stem = "kernels_unsorted" if args.shuffle else "kernels"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    chart(seconds, n, RESULTS / f"{stem}.png")
     return 0
 
 
-def chart(seconds: dict[str, dict[str, float]], n: int) -> None:
+def chart(seconds: dict[str, dict[str, float]], n: int, path: Path) -> None:
     try:
         import matplotlib
 
@@ -328,7 +336,7 @@ def chart(seconds: dict[str, dict[str, float]], n: int) -> None:
     ax.set_title(f"featureflow window kernels, {n / 1e6:.0f} M events")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "kernels.png", dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

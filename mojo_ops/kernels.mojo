@@ -30,6 +30,7 @@ from std.collections import Dict
 from std.utils.numerics import nan, isnan
 from std.math import sqrt
 from std.memory import alloc, bitcast
+from std.sys.intrinsics import prefetch, PrefetchOptions
 
 comptime I64P = Pointer[Int64, MutUntrackedOrigin]
 comptime I32P = Pointer[Int32, MutUntrackedOrigin]
@@ -1107,12 +1108,14 @@ struct Grouped(Movable):
     var maxrun: Int
 
 
-def group_rows(inp: Inputs, mut bump: Bump) raises -> Grouped:
+def group_rows(inp: Inputs, mut bump: Bump, want_perm: Bool = True) raises -> Grouped:
     """Key k's rows at sorted positions [starts[k], starts[k + 1]) in ts order
     (ties in input order): their ts (sts), float64 values with NaN for null
     (sv) and input rows (perm). Unkeyed input in ts order is used in place
     (has_perm False: position = row; sv converted only when not float64
-    without nulls). Needs 8 * (2 * keys + 2) + 24 * n bytes (+ alignment)."""
+    without nulls). Needs 8 * (2 * keys + 2) + 24 * n bytes (+ alignment).
+    Keyed, perm is only written when `want_perm` or a key's rows need sorting
+    (8 bytes a row less to touch otherwise)."""
     var n = inp.n
     var keyed = inp.codes != 0
     var g = inp.ngroups if keyed else 1
@@ -1125,7 +1128,7 @@ def group_rows(inp: Inputs, mut bump: Bump) raises -> Grouped:
     if keyed:
         var codes = I32P(unsafe_from_address=inp.codes)
         var cursor = i64p(bump.take(8 * g))
-        perm = i64p(bump.take(8 * n))
+        var perm_at = bump.take(8 * n)
         sts = i64p(bump.take(8 * n))
         sv = f64p(bump.take(8 * n))
         has_perm = True
@@ -1137,13 +1140,25 @@ def group_rows(inp: Inputs, mut bump: Bump) raises -> Grouped:
             starts[unsafe_offset=k + 1] += starts[unsafe_offset=k]
             cursor[unsafe_offset=k] = starts[unsafe_offset=k]
         # one read of the inputs: every row to its key's next slot
+        var sorted = True
         for i in range(n):
             var c = Int(codes[unsafe_offset=i])
             var p = Int(cursor[unsafe_offset=c])
             cursor[unsafe_offset=c] = Int64(p + 1)
-            perm[unsafe_offset=p] = Int64(i)
-            sts[unsafe_offset=p] = ts[unsafe_offset=i]
+            var t = ts[unsafe_offset=i]
+            if p > Int(starts[unsafe_offset=c]) and sts[unsafe_offset=p - 1] > t:
+                sorted = False
+            sts[unsafe_offset=p] = t
             sv[unsafe_offset=p] = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
+        if want_perm or not sorted:
+            perm = i64p(perm_at)
+            for k in range(g):
+                cursor[unsafe_offset=k] = starts[unsafe_offset=k]
+            for i in range(n):
+                var c = Int(codes[unsafe_offset=i])
+                var p = Int(cursor[unsafe_offset=c])
+                cursor[unsafe_offset=c] = Int64(p + 1)
+                perm[unsafe_offset=p] = Int64(i)
     else:
         starts[unsafe_offset=0] = 0
         starts[unsafe_offset=1] = Int64(n)
@@ -1368,6 +1383,929 @@ def rolling_finish(desc: PythonObject) raises -> PythonObject:
 
 
 # ---------------------------------------------------------------------------
+# rolling over input in ts order: one streaming pass per window
+# ---------------------------------------------------------------------------
+#
+# Input already in ts order (as a stream delivers it) is read in place. Rows
+# enter their key's state in input order and leave it in input order too: a
+# second pointer `lo` trails the newest row by the window, and rows leave when
+# ts < lower (the frame's low end, non-decreasing in t). So the inputs are read
+# twice sequentially, every output is written sequentially, and only the
+# per-key state (64 bytes a key, +64 for var/std) is touched at random.
+# min/max are monotonic deques and `first` a FIFO of non-null rows, linked
+# through int32 arrays indexed by row (relative to the pass's first row).
+# A run of rows with an equal ts enters before any of it is emitted (RANGE
+# CURRENT ROW includes peers). A part [r0, r1) (r0 a multiple of 64, so
+# validity words are never shared) starts at the first row in the frame of
+# row r0 and emits from r0 on; rows of a run continuing past r1 enter only.
+
+comptime REC = 8  # int64 words per key in the main state record
+# main record words: 0 count, 1 sum, 2 sum compensation, 3 (min front, min back),
+# 4 (max front, max back), 5 (first, last) as int32 pairs (-1: none)
+comptime SQ = 8  # float64 words per key for var/std: s1, s1c, s2, s2c, shift, shift set
+
+
+def stream_scratch_bytes(n: Int, ngroups: Int) -> Int:
+    """Scratch each part of `rolling_stream_part` needs (mirrored in _native.py):
+    128 bytes of state a key, 24 bytes a row (keyed: slots and deques; unkeyed:
+    links)."""
+    return 8 * (REC + SQ) * ngroups + 24 * n + 64 * 4
+
+
+@always_inline
+def two_sum(mut s: Float64, mut c: Float64, x: Float64):
+    """Add x to s, accumulating the rounding error in c (Knuth's TwoSum: no branch)."""
+    var t = s + x
+    var z = t - s
+    c += (s - (t - z)) + (x - z)
+    s = t
+
+
+@always_inline
+def frame_lower(t: Int, width: Int, hop: Int) -> Int:
+    """The frame's low end (inclusive, ns) for a row at t: t - W, or its sawtooth floor."""
+    var lower = t - width
+    if hop > 0:
+        lower = floor_div(lower, hop) * hop
+    return lower
+
+
+def first_at_or_after(ts: I64P, a: Int, b: Int, t: Int) -> Int:
+    """The first position in [a, b) with ts >= t (ts sorted), or b."""
+    var lo = a
+    var hi = b
+    while lo < hi:
+        var mid = (lo + hi) // 2
+        if Int(ts[unsafe_offset=mid]) < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@always_inline
+def store_bits(dst: Int, word: Int, bits: UInt64, nbytes: Int):
+    """Validity word `word` (64 rows, LSB first), clipped to the bitmap's nbytes."""
+    var p = u8p(dst)
+    for j in range(8):
+        var at = word * 8 + j
+        if at < nbytes:
+            p[unsafe_offset=at] = UInt8((bits >> UInt64(8 * j)) & 0xFF)
+
+
+def stream_window[KEYED: Bool, SUM: Bool, MINMAX: Bool, EXTRA: Bool](
+    ts: I64P,
+    sv: F64P,
+    codes: I32P,
+    g: Int,
+    n: Int,
+    r0: Int,
+    r1: Int,
+    width: Int,
+    hop: Int,
+    o: Outs,
+    cols: List[Column],
+    c0: Int,
+    naggs: Int,
+    scratch: Int,
+):
+    """One window's aggregates for rows [r0, r1) of ts-ordered input (see above)."""
+    var need_min = o.min != 0
+    var need_max = o.max != 0
+    var need_sq = o.std != 0 or o.var_ != 0
+    var need_first = o.first != 0
+    var need_last = o.last != 0
+    var w0 = first_at_or_after(ts, 0, r0, frame_lower(Int(ts[unsafe_offset=r0]), width, hop))
+    var end = r1
+    while end < n and ts[unsafe_offset=end] == ts[unsafe_offset=r1 - 1]:
+        end += 1
+    var cap = end - w0
+    var st = i64p(scratch)
+    var sf = f64p(scratch)
+    var si = I32P(unsafe_from_address=scratch)
+    var sq = f64p(scratch + 8 * REC * g)
+    var minprev = I32P(unsafe_from_address=scratch + 8 * (REC + SQ) * g)
+    var minnext = minprev.unsafe_offset(cap)
+    var maxprev = minprev.unsafe_offset(2 * cap)
+    var maxnext = minprev.unsafe_offset(3 * cap)
+    var nextrow = minprev.unsafe_offset(4 * cap)
+    var base = sv.unsafe_offset(w0)  # values by link index
+    for k in range(g):
+        var r = k * REC
+        st[unsafe_offset=r] = 0
+        sf[unsafe_offset=r + 1] = 0.0
+        sf[unsafe_offset=r + 2] = 0.0
+        st[unsafe_offset=r + 3] = -1
+        st[unsafe_offset=r + 4] = -1
+        st[unsafe_offset=r + 5] = -1
+    comptime if EXTRA:
+        if need_sq:
+            for k in range(g * SQ):
+                sq[unsafe_offset=k] = 0.0
+    var nvalid = List[Int]()
+    var nvalid_two = List[Bool]()
+    for c in range(c0, c0 + naggs):
+        if cols[c].valid != 0:
+            nvalid.append(cols[c].valid)
+            nvalid_two.append(cols[c].agg == A_STD or cols[c].agg == A_VAR)
+    var vbytes = (n + 7) // 8
+    var bits1: UInt64 = 0
+    var bits2: UInt64 = 0
+    var lo = w0
+    var p = w0
+    while p < end:
+        var t = ts[unsafe_offset=p]
+        var e = p + 1
+        while e < end and ts[unsafe_offset=e] == t:
+            e += 1
+        # the run [p, e) enters
+        for q in range(p, e):
+            var v = sv[unsafe_offset=q]
+            if isnan(v):
+                continue
+            var r = 0
+            comptime if KEYED:
+                r = Int(codes[unsafe_offset=q]) * REC
+            st[unsafe_offset=r] += 1
+            var qi = Int32(q - w0)
+            comptime if SUM:
+                var s = sf[unsafe_offset=r + 1]
+                var sc = sf[unsafe_offset=r + 2]
+                two_sum(s, sc, v)
+                sf[unsafe_offset=r + 1] = s
+                sf[unsafe_offset=r + 2] = sc
+            comptime if MINMAX:
+                if need_min:
+                    var b = si[unsafe_offset=2 * (r + 3) + 1]
+                    while b >= 0 and base[unsafe_offset=Int(b)] >= v:
+                        b = minprev[unsafe_offset=Int(b)]
+                    minprev[unsafe_offset=Int(qi)] = b
+                    if b < 0:
+                        si[unsafe_offset=2 * (r + 3)] = qi
+                    else:
+                        minnext[unsafe_offset=Int(b)] = qi
+                    si[unsafe_offset=2 * (r + 3) + 1] = qi
+                if need_max:
+                    var b = si[unsafe_offset=2 * (r + 4) + 1]
+                    while b >= 0 and base[unsafe_offset=Int(b)] <= v:
+                        b = maxprev[unsafe_offset=Int(b)]
+                    maxprev[unsafe_offset=Int(qi)] = b
+                    if b < 0:
+                        si[unsafe_offset=2 * (r + 4)] = qi
+                    else:
+                        maxnext[unsafe_offset=Int(b)] = qi
+                    si[unsafe_offset=2 * (r + 4) + 1] = qi
+            comptime if EXTRA:
+                if need_sq:
+                    var k = (r // REC) * SQ
+                    if sq[unsafe_offset=k + 5] == 0.0:
+                        # shifting by a value of the data keeps s2 - s1^2/n free of
+                        # catastrophic cancellation when values share a large offset
+                        sq[unsafe_offset=k + 4] = v
+                        sq[unsafe_offset=k + 5] = 1.0
+                    var d = v - sq[unsafe_offset=k + 4]
+                    var s1 = sq[unsafe_offset=k]
+                    var s1c = sq[unsafe_offset=k + 1]
+                    var s2 = sq[unsafe_offset=k + 2]
+                    var s2c = sq[unsafe_offset=k + 3]
+                    two_sum(s1, s1c, d)
+                    two_sum(s2, s2c, d * d)
+                    sq[unsafe_offset=k] = s1
+                    sq[unsafe_offset=k + 1] = s1c
+                    sq[unsafe_offset=k + 2] = s2
+                    sq[unsafe_offset=k + 3] = s2c
+                if need_first:
+                    var last = si[unsafe_offset=2 * (r + 5) + 1]
+                    if last < 0:
+                        si[unsafe_offset=2 * (r + 5)] = qi
+                    else:
+                        nextrow[unsafe_offset=Int(last)] = qi
+                si[unsafe_offset=2 * (r + 5) + 1] = qi
+        # rows older than the frame leave, oldest first
+        var lower = Int64(frame_lower(Int(t), width, hop))
+        while ts[unsafe_offset=lo] < lower:
+            var x = sv[unsafe_offset=lo]
+            var li = Int32(lo - w0)
+            lo += 1
+            if isnan(x):
+                continue
+            var r = 0
+            comptime if KEYED:
+                r = Int(codes[unsafe_offset=lo - 1]) * REC
+            var cnt = st[unsafe_offset=r] - 1
+            st[unsafe_offset=r] = cnt
+            if cnt == 0:
+                # an empty frame: restart exactly instead of carrying noise
+                sf[unsafe_offset=r + 1] = 0.0
+                sf[unsafe_offset=r + 2] = 0.0
+                st[unsafe_offset=r + 3] = -1
+                st[unsafe_offset=r + 4] = -1
+                st[unsafe_offset=r + 5] = -1
+                comptime if EXTRA:
+                    if need_sq:
+                        var k = (r // REC) * SQ
+                        for j in range(SQ):
+                            sq[unsafe_offset=k + j] = 0.0
+                continue
+            comptime if SUM:
+                var s = sf[unsafe_offset=r + 1]
+                var sc = sf[unsafe_offset=r + 2]
+                two_sum(s, sc, -x)
+                sf[unsafe_offset=r + 1] = s
+                sf[unsafe_offset=r + 2] = sc
+            comptime if MINMAX:
+                # a deque's back is the key's newest row: never the leaving one here
+                # (the new front's back link is cut so pops stop at the front)
+                if need_min and si[unsafe_offset=2 * (r + 3)] == li:
+                    var f = minnext[unsafe_offset=Int(li)]
+                    si[unsafe_offset=2 * (r + 3)] = f
+                    minprev[unsafe_offset=Int(f)] = -1
+                if need_max and si[unsafe_offset=2 * (r + 4)] == li:
+                    var f = maxnext[unsafe_offset=Int(li)]
+                    si[unsafe_offset=2 * (r + 4)] = f
+                    maxprev[unsafe_offset=Int(f)] = -1
+            comptime if EXTRA:
+                if need_sq:
+                    var k = (r // REC) * SQ
+                    var d = x - sq[unsafe_offset=k + 4]
+                    var s1 = sq[unsafe_offset=k]
+                    var s1c = sq[unsafe_offset=k + 1]
+                    var s2 = sq[unsafe_offset=k + 2]
+                    var s2c = sq[unsafe_offset=k + 3]
+                    two_sum(s1, s1c, -d)
+                    two_sum(s2, s2c, -(d * d))
+                    sq[unsafe_offset=k] = s1
+                    sq[unsafe_offset=k + 1] = s1c
+                    sq[unsafe_offset=k + 2] = s2
+                    sq[unsafe_offset=k + 3] = s2c
+                if need_first:  # the leaving row is the FIFO's front
+                    si[unsafe_offset=2 * (r + 5)] = nextrow[unsafe_offset=Int(li)]
+        # the frame's results for the run's rows of this part
+        for q in range(max(p, r0), min(e, r1)):
+            var r = 0
+            comptime if KEYED:
+                r = Int(codes[unsafe_offset=q]) * REC
+            var count = Int(st[unsafe_offset=r])
+            var has = count > 0
+            if o.count != 0:
+                i64p(o.count)[unsafe_offset=q] = Int64(count)
+            comptime if SUM:
+                var rsum = 0.0
+                if has:
+                    rsum = sf[unsafe_offset=r + 1] + sf[unsafe_offset=r + 2]
+                if o.sum != 0:
+                    f64p(o.sum)[unsafe_offset=q] = rsum
+                if o.mean != 0:
+                    f64p(o.mean)[unsafe_offset=q] = rsum / Float64(count) if has else 0.0
+            comptime if MINMAX:
+                if need_min:
+                    var rmin = 0.0
+                    if has:
+                        rmin = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 3)])]
+                    put(o.min, o.min_dt, q, rmin)
+                if need_max:
+                    var rmax = 0.0
+                    if has:
+                        rmax = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 4)])]
+                    put(o.max, o.max_dt, q, rmax)
+            comptime if EXTRA:
+                if need_sq:
+                    var rvar = 0.0
+                    if count > 1:
+                        var k = (r // REC) * SQ
+                        var nn = Float64(count)
+                        var t1 = sq[unsafe_offset=k] + sq[unsafe_offset=k + 1]
+                        var t2 = sq[unsafe_offset=k + 2] + sq[unsafe_offset=k + 3]
+                        rvar = (t2 - t1 * t1 / nn) / (nn - 1.0)
+                        if rvar < 0.0:
+                            rvar = 0.0
+                    if o.var_ != 0:
+                        f64p(o.var_)[unsafe_offset=q] = rvar
+                    if o.std != 0:
+                        f64p(o.std)[unsafe_offset=q] = sqrt(rvar)
+                if need_first:
+                    var rfirst = 0.0
+                    if has:
+                        rfirst = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5)])]
+                    put(o.first, o.first_dt, q, rfirst)
+                if need_last:
+                    var rlast = 0.0
+                    if has:
+                        rlast = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5) + 1])]
+                    put(o.last, o.last_dt, q, rlast)
+            var bit = UInt64(1) << UInt64(q & 63)
+            if has:
+                bits1 |= bit
+            if count > 1:
+                bits2 |= bit
+            if (q & 63) == 63 or q == r1 - 1:
+                for j in range(len(nvalid)):
+                    store_bits(nvalid[j], q >> 6, bits2 if nvalid_two[j] else bits1, vbytes)
+                bits1 = 0
+                bits2 = 0
+        p = e
+
+
+# Keyed input in ts order: per-key regions filled on arrival.
+#
+# A counting pass over the part's key codes gives each key a slot range;
+# arriving rows are appended to their key's range as (ts, value) pairs, so a
+# key's frame is a contiguous run of slots next to the ones it touched last.
+# The key's frame is trimmed lazily, when one of its rows is emitted (rows
+# leave once ts < lower). Per row: the key's 64-byte record, the slot line and
+# the deque lines, all local to the key; inputs and outputs are sequential.
+
+comptime PF = 32  # prefetch distance in rows
+comptime KREC = 8  # int64 words per key: (hi, lo), (count, first), sum, sum_c,
+# (min head, min tail), (max head, max tail), (last, -), -; positions are slots
+
+
+def region_window[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
+    ts: I64P,
+    sv: F64P,
+    codes: I32P,
+    g: Int,
+    n: Int,
+    r0: Int,
+    r1: Int,
+    width: Int,
+    hop: Int,
+    o: Outs,
+    cols: List[Column],
+    c0: Int,
+    naggs: Int,
+    scratch: Int,
+):
+    """One window's aggregates for rows [r0, r1) of keyed ts-ordered input."""
+    var need_min = o.min != 0
+    var need_max = o.max != 0
+    var need_sq = o.std != 0 or o.var_ != 0
+    var need_first = o.first != 0
+    var need_last = o.last != 0
+    var w0 = first_at_or_after(ts, 0, r0, frame_lower(Int(ts[unsafe_offset=r0]), width, hop))
+    var end = r1
+    while end < n and ts[unsafe_offset=end] == ts[unsafe_offset=r1 - 1]:
+        end += 1
+    var cap = end - w0
+    var st = i64p(scratch)
+    var sf = f64p(scratch)
+    var si = I32P(unsafe_from_address=scratch)
+    var sq = f64p(scratch + 8 * KREC * g)
+    var slot_ts = i64p(scratch + 8 * (KREC + SQ) * g)  # pairs: ts, value
+    var slot_v = f64p(Int(slot_ts))
+    var dqmin = I32P(unsafe_from_address=Int(slot_ts) + 16 * cap)
+    var dqmax = dqmin.unsafe_offset(cap)
+    # slot ranges: a counting pass over the part's keys
+    for k in range(g * KREC):
+        st[unsafe_offset=k] = 0
+    for q in range(w0, end):
+        st[unsafe_offset=Int(codes[unsafe_offset=q]) * KREC] += 1
+    var at = 0
+    for k in range(g):
+        var r = k * KREC
+        var c = Int(st[unsafe_offset=r])
+        si[unsafe_offset=2 * r] = Int32(at)  # hi
+        si[unsafe_offset=2 * r + 1] = Int32(at)  # lo
+        si[unsafe_offset=2 * (r + 1)] = 0  # count
+        si[unsafe_offset=2 * (r + 1) + 1] = Int32(at)  # first
+        si[unsafe_offset=2 * (r + 4)] = Int32(at)
+        si[unsafe_offset=2 * (r + 4) + 1] = Int32(at)
+        si[unsafe_offset=2 * (r + 5)] = Int32(at)
+        si[unsafe_offset=2 * (r + 5) + 1] = Int32(at)
+        si[unsafe_offset=2 * (r + 6)] = -1  # last
+        at += c
+    comptime if EXTRA:
+        if need_sq:
+            for k in range(g * SQ):
+                sq[unsafe_offset=k] = 0.0
+    var nvalid = List[Int]()
+    var nvalid_two = List[Bool]()
+    for c in range(c0, c0 + naggs):
+        if cols[c].valid != 0:
+            nvalid.append(cols[c].valid)
+            nvalid_two.append(cols[c].agg == A_STD or cols[c].agg == A_VAR)
+    var vbytes = (n + 7) // 8
+    var bits1: UInt64 = 0
+    var bits2: UInt64 = 0
+    var p = w0
+    while p < end:
+        # latency, not bandwidth, bounds this loop: fetch the record of the key
+        # PF rows ahead, and the slot lines of the key PF / 2 rows ahead
+        if p + PF < end:
+            prefetch[PrefetchOptions().for_write()](st.unsafe_offset(Int(codes[unsafe_offset=p + PF]) * KREC))
+            var rr = Int(codes[unsafe_offset=p + PF // 2]) * KREC
+            var hh = Int(si[unsafe_offset=2 * rr])
+            prefetch[PrefetchOptions().for_write()](slot_ts.unsafe_offset(2 * hh))
+            prefetch[PrefetchOptions().for_read()](slot_ts.unsafe_offset(2 * Int(si[unsafe_offset=2 * rr + 1])))
+            comptime if MINMAX:
+                prefetch[PrefetchOptions().for_write()](dqmin.unsafe_offset(Int(si[unsafe_offset=2 * (rr + 4) + 1])))
+                prefetch[PrefetchOptions().for_write()](dqmax.unsafe_offset(Int(si[unsafe_offset=2 * (rr + 5) + 1])))
+        var t = ts[unsafe_offset=p]
+        var e = p + 1
+        while e < end and ts[unsafe_offset=e] == t:
+            e += 1
+        # the run [p, e) enters its keys' slots
+        for q in range(p, e):
+            var r = Int(codes[unsafe_offset=q]) * KREC
+            var v = sv[unsafe_offset=q]
+            var h = Int(si[unsafe_offset=2 * r])
+            si[unsafe_offset=2 * r] = Int32(h + 1)
+            slot_ts[unsafe_offset=2 * h] = t
+            slot_v[unsafe_offset=2 * h + 1] = v
+            if isnan(v):
+                continue
+            si[unsafe_offset=2 * (r + 1)] += 1
+            comptime if SUM:
+                var s = sf[unsafe_offset=r + 2]
+                var sc = sf[unsafe_offset=r + 3]
+                two_sum(s, sc, v)
+                sf[unsafe_offset=r + 2] = s
+                sf[unsafe_offset=r + 3] = sc
+            comptime if MINMAX:
+                if need_min:
+                    var head = Int(si[unsafe_offset=2 * (r + 4)])
+                    var tail = Int(si[unsafe_offset=2 * (r + 4) + 1])
+                    while tail > head and slot_v[unsafe_offset=2 * Int(dqmin[unsafe_offset=tail - 1]) + 1] >= v:
+                        tail -= 1
+                    dqmin[unsafe_offset=tail] = Int32(h)
+                    si[unsafe_offset=2 * (r + 4) + 1] = Int32(tail + 1)
+                if need_max:
+                    var head = Int(si[unsafe_offset=2 * (r + 5)])
+                    var tail = Int(si[unsafe_offset=2 * (r + 5) + 1])
+                    while tail > head and slot_v[unsafe_offset=2 * Int(dqmax[unsafe_offset=tail - 1]) + 1] <= v:
+                        tail -= 1
+                    dqmax[unsafe_offset=tail] = Int32(h)
+                    si[unsafe_offset=2 * (r + 5) + 1] = Int32(tail + 1)
+            comptime if EXTRA:
+                if need_sq:
+                    var k = (r // KREC) * SQ
+                    if sq[unsafe_offset=k + 5] == 0.0:
+                        # shifting by a value of the data keeps s2 - s1^2/n free of
+                        # catastrophic cancellation when values share a large offset
+                        sq[unsafe_offset=k + 4] = v
+                        sq[unsafe_offset=k + 5] = 1.0
+                    var d = v - sq[unsafe_offset=k + 4]
+                    var s1 = sq[unsafe_offset=k]
+                    var s1c = sq[unsafe_offset=k + 1]
+                    var s2 = sq[unsafe_offset=k + 2]
+                    var s2c = sq[unsafe_offset=k + 3]
+                    two_sum(s1, s1c, d)
+                    two_sum(s2, s2c, d * d)
+                    sq[unsafe_offset=k] = s1
+                    sq[unsafe_offset=k + 1] = s1c
+                    sq[unsafe_offset=k + 2] = s2
+                    sq[unsafe_offset=k + 3] = s2c
+                si[unsafe_offset=2 * (r + 6)] = Int32(h)  # last
+        var lower = Int64(frame_lower(Int(t), width, hop))
+        for q in range(max(p, r0), min(e, r1)):
+            var r = Int(codes[unsafe_offset=q]) * KREC
+            # the key's rows older than the frame leave, oldest first
+            var lo = Int(si[unsafe_offset=2 * r + 1])
+            var lo0 = lo
+            while slot_ts[unsafe_offset=2 * lo] < lower:
+                var x = slot_v[unsafe_offset=2 * lo + 1]
+                lo += 1
+                if isnan(x):
+                    continue
+                var cnt = si[unsafe_offset=2 * (r + 1)] - 1
+                si[unsafe_offset=2 * (r + 1)] = cnt
+                if cnt == 0:
+                    # an empty frame: restart exactly instead of carrying noise
+                    sf[unsafe_offset=r + 2] = 0.0
+                    sf[unsafe_offset=r + 3] = 0.0
+                    comptime if EXTRA:
+                        if need_sq:
+                            var k = (r // KREC) * SQ
+                            for j in range(SQ):
+                                sq[unsafe_offset=k + j] = 0.0
+                    continue
+                comptime if SUM:
+                    var s = sf[unsafe_offset=r + 2]
+                    var sc = sf[unsafe_offset=r + 3]
+                    two_sum(s, sc, -x)
+                    sf[unsafe_offset=r + 2] = s
+                    sf[unsafe_offset=r + 3] = sc
+                comptime if EXTRA:
+                    if need_sq:
+                        var k = (r // KREC) * SQ
+                        var d = x - sq[unsafe_offset=k + 4]
+                        var s1 = sq[unsafe_offset=k]
+                        var s1c = sq[unsafe_offset=k + 1]
+                        var s2 = sq[unsafe_offset=k + 2]
+                        var s2c = sq[unsafe_offset=k + 3]
+                        two_sum(s1, s1c, -d)
+                        two_sum(s2, s2c, -(d * d))
+                        sq[unsafe_offset=k] = s1
+                        sq[unsafe_offset=k + 1] = s1c
+                        sq[unsafe_offset=k + 2] = s2
+                        sq[unsafe_offset=k + 3] = s2c
+            var count = Int(si[unsafe_offset=2 * (r + 1)])
+            var has = count > 0
+            if lo != lo0:
+                si[unsafe_offset=2 * r + 1] = Int32(lo)
+                comptime if MINMAX:
+                    if need_min:
+                        var head = Int(si[unsafe_offset=2 * (r + 4)])
+                        while head < Int(si[unsafe_offset=2 * (r + 4) + 1]) and Int(dqmin[unsafe_offset=head]) < lo:
+                            head += 1
+                        si[unsafe_offset=2 * (r + 4)] = Int32(head)
+                    if need_max:
+                        var head = Int(si[unsafe_offset=2 * (r + 5)])
+                        while head < Int(si[unsafe_offset=2 * (r + 5) + 1]) and Int(dqmax[unsafe_offset=head]) < lo:
+                            head += 1
+                        si[unsafe_offset=2 * (r + 5)] = Int32(head)
+            if o.count != 0:
+                i64p(o.count)[unsafe_offset=q] = Int64(count)
+            comptime if SUM:
+                var rsum = 0.0
+                if has:
+                    rsum = sf[unsafe_offset=r + 2] + sf[unsafe_offset=r + 3]
+                if o.sum != 0:
+                    f64p(o.sum)[unsafe_offset=q] = rsum
+                if o.mean != 0:
+                    f64p(o.mean)[unsafe_offset=q] = rsum / Float64(count) if has else 0.0
+            comptime if MINMAX:
+                if need_min:
+                    var rmin = 0.0
+                    if has:
+                        rmin = slot_v[unsafe_offset=2 * Int(dqmin[unsafe_offset=Int(si[unsafe_offset=2 * (r + 4)])]) + 1]
+                    put(o.min, o.min_dt, q, rmin)
+                if need_max:
+                    var rmax = 0.0
+                    if has:
+                        rmax = slot_v[unsafe_offset=2 * Int(dqmax[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5)])]) + 1]
+                    put(o.max, o.max_dt, q, rmax)
+            comptime if EXTRA:
+                if need_sq:
+                    var rvar = 0.0
+                    if count > 1:
+                        var k = (r // KREC) * SQ
+                        var nn = Float64(count)
+                        var t1 = sq[unsafe_offset=k] + sq[unsafe_offset=k + 1]
+                        var t2 = sq[unsafe_offset=k + 2] + sq[unsafe_offset=k + 3]
+                        rvar = (t2 - t1 * t1 / nn) / (nn - 1.0)
+                        if rvar < 0.0:
+                            rvar = 0.0
+                    if o.var_ != 0:
+                        f64p(o.var_)[unsafe_offset=q] = rvar
+                    if o.std != 0:
+                        f64p(o.std)[unsafe_offset=q] = sqrt(rvar)
+                if need_first:
+                    var rfirst = 0.0
+                    if has:
+                        var f = max(Int(si[unsafe_offset=2 * (r + 1) + 1]), lo)
+                        while isnan(slot_v[unsafe_offset=2 * f + 1]):
+                            f += 1
+                        si[unsafe_offset=2 * (r + 1) + 1] = Int32(f)
+                        rfirst = slot_v[unsafe_offset=2 * f + 1]
+                    put(o.first, o.first_dt, q, rfirst)
+                if need_last:
+                    var rlast = 0.0
+                    if has:
+                        rlast = slot_v[unsafe_offset=2 * Int(si[unsafe_offset=2 * (r + 6)]) + 1]
+                    put(o.last, o.last_dt, q, rlast)
+            var bit = UInt64(1) << UInt64(q & 63)
+            if has:
+                bits1 |= bit
+            if count > 1:
+                bits2 |= bit
+            if (q & 63) == 63 or q == r1 - 1:
+                for j in range(len(nvalid)):
+                    store_bits(nvalid[j], q >> 6, bits2 if nvalid_two[j] else bits1, vbytes)
+                bits1 = 0
+                bits2 = 0
+        p = e
+
+
+# Keyed input in ts order, count/sum/mean/min/max: bucketed so that every
+# pass works in cache.
+#
+# 1. (parallel over row ranges) rows are partitioned stably by bucket =
+#    code % BUCKETS into contiguous bucket runs of (ts, float64 value, code //
+#    BUCKETS): a 1024-way partition whose write cursors stay in L2, and each
+#    bucket's rows stay in ts order.
+# 2. (parallel over buckets) each bucket (~n / 1024 rows, its keys' records
+#    and slots a few hundred KB) runs the slot pass above into bucket-ordered
+#    count/sum/min/max columns.
+# 3. (parallel over row ranges) the results return to input order: row i
+#    takes the next result of its bucket's run (1024 sequential read streams),
+#    writing count, sum, mean, min, max and validity sequentially.
+
+comptime BUCKETS = 256
+
+
+@fieldwise_init
+struct BucketLayout(Copyable, Movable):
+    """Addresses in the bucketed call's scratch (see `bucket_scratch_bytes`)."""
+
+    var hist: I64P  # parts * BUCKETS row counts, part-major
+    var pts: I64P
+    var pv: F64P
+    var pc: I32P
+    var tcount: I64P
+    var tsum: F64P
+    var tmin: F64P
+    var tmax: F64P
+
+
+def bucket_scratch_bytes(n: Int, parts: Int) -> Int:
+    """Scratch of a bucketed rolling call (mirrored in _native.py)."""
+    return 8 * parts * BUCKETS + 52 * n + 64 * 10
+
+
+def bucket_layout(addr: Int, n: Int, parts: Int) -> BucketLayout:
+    var a = (addr + 63) // 64 * 64
+    var hist = i64p(a)
+    a += (8 * parts * BUCKETS + 63) // 64 * 64
+    var pts = i64p(a)
+    a += (8 * n + 63) // 64 * 64
+    var pv = f64p(a)
+    a += (8 * n + 63) // 64 * 64
+    var pc = I32P(unsafe_from_address=a)
+    a += (4 * n + 63) // 64 * 64
+    var tcount = i64p(a)
+    a += (8 * n + 63) // 64 * 64
+    var tsum = f64p(a)
+    a += (8 * n + 63) // 64 * 64
+    var tmin = f64p(a)
+    a += (8 * n + 63) // 64 * 64
+    var tmax = f64p(a)
+    return BucketLayout(hist, pts, pv, pc, tcount, tsum, tmin, tmax)
+
+
+@always_inline
+def part_rows(n: Int, part: Int, parts: Int) -> Tuple[Int, Int]:
+    """Rows [r0, r1) of a part: cut at multiples of 64 (validity words)."""
+    var r0 = n * part // parts // 64 * 64
+    var r1 = n if part == parts - 1 else n * (part + 1) // parts // 64 * 64
+    return (r0, r1)
+
+
+def bucket_cursors(lay: BucketLayout, part: Int, parts: Int) -> List[Int]:
+    """Where part `part`'s rows of each bucket start: buckets in order, parts within."""
+    var cur = List[Int](capacity=BUCKETS)
+    var at = 0
+    for b in range(BUCKETS):
+        for p in range(parts):
+            if p == part:
+                cur.append(at)
+            at += Int(lay.hist[unsafe_offset=p * BUCKETS + b])
+    return cur^
+
+
+def bucket_starts(lay: BucketLayout, parts: Int) -> List[Int]:
+    var starts = List[Int](capacity=BUCKETS + 1)
+    var at = 0
+    for b in range(BUCKETS):
+        starts.append(at)
+        for p in range(parts):
+            at += Int(lay.hist[unsafe_offset=p * BUCKETS + b])
+    starts.append(at)
+    return starts^
+
+
+def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: Int):
+    """One phase of the bucketed call for one part (see the section comment):
+    0 counts, 1 partitions, 2 computes window `w` per bucket, 3 returns it to input order."""
+    var inp = read_inputs(d)
+    var n = inp.n
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var hop = Int(d[unsafe_offset=HEADER + 1])
+    var lay = bucket_layout(scratch, n, parts)
+    var codes = I32P(unsafe_from_address=inp.codes)
+    var rows = part_rows(n, part, parts)
+    var r0 = rows[0]
+    var r1 = rows[1]
+    if phase == 0:
+        var h = lay.hist.unsafe_offset(part * BUCKETS)
+        for b in range(BUCKETS):
+            h[unsafe_offset=b] = 0
+        for i in range(r0, r1):
+            h[unsafe_offset=Int(codes[unsafe_offset=i]) & (BUCKETS - 1)] += 1
+    elif phase == 1:
+        var cur = bucket_cursors(lay, part, parts)
+        for i in range(r0, r1):
+            var c = Int(codes[unsafe_offset=i])
+            var b = c & (BUCKETS - 1)
+            var j = cur[b]
+            cur[b] = j + 1
+            lay.pts[unsafe_offset=j] = inp.ts[unsafe_offset=i]
+            lay.pv[unsafe_offset=j] = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
+            lay.pc[unsafe_offset=j] = Int32(c // BUCKETS)
+    elif phase == 2:
+        var starts = bucket_starts(lay, parts)
+        var glocal = (inp.ngroups + BUCKETS - 1) // BUCKETS
+        var b0 = BUCKETS * part // parts
+        var b1 = BUCKETS * (part + 1) // parts
+        var biggest = 0
+        for b in range(b0, b1):
+            biggest = max(biggest, starts[b + 1] - starts[b])
+        var region = alloc[UInt8](8 * (KREC + SQ) * glocal + 24 * biggest + 64 * 4)
+        var width = Int(d[unsafe_offset=HEADER + 5 + w])
+        var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+        var full = outs_for(cols, w * naggs, naggs, 0)
+        var none = List[Column]()
+        for b in range(b0, b1):
+            var a = starts[b]
+            var m = starts[b + 1] - a
+            if m == 0:
+                continue
+            var o = Outs(
+                Int(lay.tcount.unsafe_offset(a)),
+                Int(lay.tsum.unsafe_offset(a)) if full.sum != 0 or full.mean != 0 else 0,
+                0,
+                Int(lay.tmin.unsafe_offset(a)) if full.min != 0 else 0,
+                DT_F64,
+                Int(lay.tmax.unsafe_offset(a)) if full.max != 0 else 0,
+                DT_F64,
+                0, 0, 0, 0, 0, 0, 0,
+            )
+            var base = (Int(region) + 63) // 64 * 64
+            if full.min != 0 or full.max != 0:
+                region_window[True, True, False](
+                    lay.pts.unsafe_offset(a), lay.pv.unsafe_offset(a), lay.pc.unsafe_offset(a),
+                    glocal, m, 0, m, width, hop, o, none, 0, 0, base,
+                )
+            else:
+                region_window[True, False, False](
+                    lay.pts.unsafe_offset(a), lay.pv.unsafe_offset(a), lay.pc.unsafe_offset(a),
+                    glocal, m, 0, m, width, hop, o, none, 0, 0, base,
+                )
+        region.free()
+    else:
+        var cur = bucket_cursors(lay, part, parts)
+        var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+        var o = outs_for(cols, w * naggs, naggs, 0)
+        var nvalid = List[Int]()
+        for c in range(w * naggs, (w + 1) * naggs):
+            if cols[c].valid != 0:
+                nvalid.append(cols[c].valid)
+        var vbytes = (n + 7) // 8
+        var bits: UInt64 = 0
+        for i in range(r0, r1):
+            var b = Int(codes[unsafe_offset=i]) & (BUCKETS - 1)
+            var j = cur[b]
+            cur[b] = j + 1
+            var count = lay.tcount[unsafe_offset=j]
+            if o.count != 0:
+                i64p(o.count)[unsafe_offset=i] = count
+            if o.sum != 0:
+                f64p(o.sum)[unsafe_offset=i] = lay.tsum[unsafe_offset=j]
+            if o.mean != 0:
+                f64p(o.mean)[unsafe_offset=i] = lay.tsum[unsafe_offset=j] / Float64(count) if count > 0 else 0.0
+            if o.min != 0:
+                put(o.min, o.min_dt, i, lay.tmin[unsafe_offset=j])
+            if o.max != 0:
+                put(o.max, o.max_dt, i, lay.tmax[unsafe_offset=j])
+            if count > 0:
+                bits |= UInt64(1) << UInt64(i & 63)
+            if (i & 63) == 63 or i == r1 - 1:
+                for k in range(len(nvalid)):
+                    store_bits(nvalid[k], i >> 6, bits, vbytes)
+                bits = 0
+
+
+def bucketed_supported(cols: List[Column]) -> Bool:
+    """The bucketed path computes count, sum, mean, min and max."""
+    for ref c in cols:
+        if c.agg > A_MAX:
+            return False
+    return True
+
+
+def rolling_bucketed_part(
+    desc: PythonObject, phase: PythonObject, part: PythonObject, parts: PythonObject,
+    scratch: PythonObject, window: PythonObject,
+) raises -> PythonObject:
+    """Phase `phase` of a bucketed rolling call (see the section comment) for
+    part `part` of `parts`, with the GIL released; `scratch` addresses
+    `bucket_scratch_bytes(n, parts)` bytes shared by the parts."""
+    var d = i64p(Int(py=desc))
+    var ph = Int(py=phase)
+    var p = Int(py=part)
+    var ps = Int(py=parts)
+    var sc = Int(py=scratch)
+    var w = Int(py=window)
+    with GILReleased(Python()):
+        bucketed_phase(d, ph, p, ps, sc, w)
+    return PythonObject(0)
+
+
+def stream_dispatch[KEYED: Bool](
+    sum_: Bool, minmax: Bool, extra: Bool,
+    ts: I64P, sv: F64P, codes: I32P, g: Int, n: Int, r0: Int, r1: Int,
+    width: Int, hop: Int, o: Outs, cols: List[Column], c0: Int, naggs: Int, scratch: Int,
+):
+    """Run the pass specialised for keys and the needed aggregate families."""
+    comptime if KEYED:
+        if sum_ and not minmax and not extra:
+            region_window[True, False, False](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+        elif minmax and not extra:
+            region_window[True, True, False](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+        elif not sum_ and not minmax and not extra:
+            region_window[False, False, False](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+        else:
+            region_window[True, True, True](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+        return
+    if sum_ and not minmax and not extra:
+        stream_window[KEYED, True, False, False](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+    elif minmax and not extra:
+        stream_window[KEYED, True, True, False](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+    elif not sum_ and not minmax and not extra:
+        stream_window[KEYED, False, False, False](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+    else:
+        stream_window[KEYED, True, True, True](ts, sv, codes, g, n, r0, r1, width, hop, o, cols, c0, naggs, scratch)
+
+
+def rolling_stream_mode(desc: PythonObject) raises -> PythonObject:
+    """For a `rolling_prepare` descriptor: 0 when the call cannot stream (ts not
+    in order, or count_distinct), 1 when it streams over the values in place,
+    2 when the values must first be converted (`rolling_stream_convert`), 3 when
+    it takes the bucketed path (`rolling_bucketed_part`)."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+    if not stream_supported(cols) or inp.n >= Int(Int32.MAX):
+        return PythonObject(0)
+    var ts = inp.ts
+    for i in range(1, inp.n):
+        if ts[unsafe_offset=i] < ts[unsafe_offset=i - 1]:
+            return PythonObject(0)
+    if inp.codes != 0 and bucketed_supported(cols):
+        return PythonObject(3)
+    if inp.dtype == DT_F64 and inp.valid_addr == 0:
+        return PythonObject(1)
+    return PythonObject(2)
+
+
+def rolling_stream_convert(desc: PythonObject, dst: PythonObject) raises -> PythonObject:
+    """Write the values as float64 (NaN for null) to `dst` (8 * n bytes)."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var sv = f64p(Int(py=dst))
+    for i in range(inp.n):
+        sv[unsafe_offset=i] = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
+    return PythonObject(inp.n)
+
+
+def rolling_stream_part(
+    desc: PythonObject, part: PythonObject, parts: PythonObject, scratch: PythonObject, values: PythonObject
+) raises -> PythonObject:
+    """Every window of rows [r0, r1) of part `part` of `parts` (cut at multiples
+    of 64 rows) with the GIL released. `scratch` addresses
+    `stream_scratch_bytes(n, keys)` bytes; `values` the converted float64 values,
+    or 0 to read the caller's float64 values in place."""
+    var d = i64p(Int(py=desc))
+    var inp = read_inputs(d)
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var hop = Int(d[unsafe_offset=HEADER + 1])
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var widths = d.unsafe_offset(HEADER + 5)
+    var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+    var n = inp.n
+    var p = Int(py=part)
+    var ps = Int(py=parts)
+    var r0 = n * p // ps // 64 * 64
+    var r1 = n if p == ps - 1 else n * (p + 1) // ps // 64 * 64
+    if r0 >= r1:
+        return PythonObject(0)
+    var vaddr = Int(py=values)
+    var sv = f64p(vaddr if vaddr != 0 else inp.vaddr)
+    var keyed = inp.codes != 0
+    var g = inp.ngroups if keyed else 1
+    var codes = I32P(unsafe_from_address=inp.codes if keyed else Int(inp.ts))
+    var sc = Int(py=scratch)
+    var need_sum = False
+    var need_minmax = False
+    var need_extra = False
+    for ref c in cols:
+        if c.agg == A_SUM or c.agg == A_MEAN:
+            need_sum = True
+        elif c.agg == A_MIN or c.agg == A_MAX:
+            need_minmax = True
+        elif c.agg != A_COUNT:
+            need_extra = True
+    with GILReleased(Python()):
+        for w in range(nwin):
+            var width = Int(widths[unsafe_offset=w])
+            var o = outs_for(cols, w * naggs, naggs, 0)
+            if keyed:
+                stream_dispatch[True](
+                    need_sum, need_minmax, need_extra, inp.ts, sv, codes, g, n, r0, r1,
+                    width, hop, o, cols, w * naggs, naggs, sc,
+                )
+            else:
+                stream_dispatch[False](
+                    need_sum, need_minmax, need_extra, inp.ts, sv, codes, g, n, r0, r1,
+                    width, hop, o, cols, w * naggs, naggs, sc,
+                )
+    return PythonObject(r1 - r0)
+
+
+# ---------------------------------------------------------------------------
 # hopping
 # ---------------------------------------------------------------------------
 
@@ -1529,7 +2467,7 @@ def sessions(desc: PythonObject) raises -> PythonObject:
     if scratch_size < sessions_scratch_bytes(n, g):
         raise Error("ValueError: internal: kernel scratch buffer too small")
     var bump = Bump(scratch_addr, scratch_size)
-    var gr = group_rows(inp, bump)
+    var gr = group_rows(inp, bump, gap_addr != 0)
     var npad = (n + 7) // 8 * 8
     var lev = u8p(bump.take(npad))
     var o = outs_for(cols, 0, naggs, Int(lev))
@@ -1666,6 +2604,18 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[rolling_finish](
             "rolling_finish", docstring="Rolling windows, step 3: validity; see kernels.mojo."
+        )
+        m.def_function[rolling_stream_mode](
+            "rolling_stream_mode", docstring="Rolling over ts-ordered input: can it stream?"
+        )
+        m.def_function[rolling_stream_convert](
+            "rolling_stream_convert", docstring="Rolling over ts-ordered input: float64 values."
+        )
+        m.def_function[rolling_stream_part](
+            "rolling_stream_part", docstring="Rolling over ts-ordered input: one part."
+        )
+        m.def_function[rolling_bucketed_part](
+            "rolling_bucketed_part", docstring="Rolling over ts-ordered keyed input: one phase."
         )
         m.def_function[hopping]("hopping", docstring="Hopping windows; see kernels.mojo.")
         m.def_function[sessions]("sessions", docstring="Session windows; see kernels.mojo.")

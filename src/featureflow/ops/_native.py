@@ -22,7 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -116,6 +116,12 @@ def _column_words(columns: list[OutputColumn]) -> list[int]:
 
 
 META_WORDS = 16
+HEADER = 8
+"""Descriptor words before the call-specific ones (``_header``)."""
+_CONVERT = 2
+"""``rolling_stream_mode``: streams over values converted to float64 first."""
+_BUCKETED = 3
+"""``rolling_stream_mode``: keyed count/sum/mean/min/max, the bucketed path."""
 PARALLEL_MIN_ROWS = 200_000
 """Below this many rows one thread does a rolling call (threads cost ~0.1 ms)."""
 _executor: ThreadPoolExecutor | None = None
@@ -130,6 +136,23 @@ def _rolling_scratch_bytes(n: int, ngroups: int, nwin: int) -> int:
     """
     npad = (n + 7) // 8 * 8
     return 8 * META_WORDS + 8 * (2 * ngroups + 2) + 8 * 3 * n + npad * nwin + 64 * 8
+
+
+def _stream_scratch_bytes(n: int, ngroups: int) -> int:
+    """Scratch for each part of ``rolling_stream_part`` (``stream_scratch_bytes`` in
+    kernels.mojo): 128 bytes of state per key, 24 bytes per row."""
+    return 128 * ngroups + 24 * n + 64 * 4
+
+
+BUCKETS = 256
+"""Key buckets of the bucketed rolling path (``BUCKETS`` in kernels.mojo)."""
+
+
+def _bucket_scratch_bytes(n: int, parts: int) -> int:
+    """Scratch of a bucketed rolling call (``bucket_scratch_bytes`` in kernels.mojo):
+    per-part bucket counts, the partitioned rows (20 bytes each) and one window's
+    bucket-ordered results (32 bytes a row)."""
+    return 8 * parts * BUCKETS + 52 * n + 64 * 10
 
 
 def _sessions_scratch_bytes(n: int, ngroups: int) -> int:
@@ -198,26 +221,71 @@ class NativeBackend:
         aggs: list[str],
         columns: list[OutputColumn],
     ) -> None:
-        scratch = pa.allocate_buffer(_rolling_scratch_bytes(s.n, s.ngroups, len(windows)))
-        words = [*_header(s), len(windows), hop or 0, len(aggs), scratch.address, scratch.size]
+        words = [*_header(s), len(windows), hop or 0, len(aggs), 0, 0]
         desc = np.array(words + windows + _column_words(columns), dtype=np.int64)
+        mode = self._call("rolling_stream_mode", desc) if s.n else 0
+        if mode == _BUCKETED:
+            self._rolling_bucketed(s, desc, len(windows))
+            return
+        if mode:
+            self._rolling_stream(s, desc, mode == _CONVERT)
+            return
+        scratch = pa.allocate_buffer(_rolling_scratch_bytes(s.n, s.ngroups, len(windows)))
+        desc[HEADER + 3 : HEADER + 5] = [scratch.address, scratch.size]
         maxrun = self._call("rolling_prepare", desc)
         if s.n == 0 or maxrun < 0:  # nothing to do, or done on the count_distinct path
             return
         parts = _parts(s.n)
         deques = [pa.allocate_buffer(16 * max(maxrun, 1)) for _ in range(parts)]
-        if parts == 1:
-            self._call("rolling_part", desc, 0, 1, deques[0].address)
-        else:  # the kernel releases the GIL: part 0 here, the others on the pool
-            pool = _pool(parts - 1)
-            others = [
-                pool.submit(self._call, "rolling_part", desc, i, parts, deques[i].address)
-                for i in range(1, parts)
-            ]
-            self._call("rolling_part", desc, 0, parts, deques[0].address)
-            for f in others:
-                f.result()
+        self._on_threads(
+            [("rolling_part", desc, i, parts, deques[i].address) for i in range(parts)]
+        )
         self._call("rolling_finish", desc)
+
+    def _rolling_stream(self, s: Series, desc: np.ndarray, convert: bool) -> None:
+        """Input in ts order: one streaming pass per window and part (kernels.mojo)."""
+        values = pa.allocate_buffer(8 * s.n) if convert else None
+        if values is not None:
+            self._call("rolling_stream_convert", desc, values.address)
+        vaddr = 0 if values is None else values.address
+        parts = _parts(s.n)
+        size = _stream_scratch_bytes(s.n, s.ngroups)
+        scratch = [pa.allocate_buffer(size) for _ in range(parts)]
+        self._on_threads(
+            [
+                ("rolling_stream_part", desc, i, parts, scratch[i].address, vaddr)
+                for i in range(parts)
+            ]
+        )
+
+    def _rolling_bucketed(self, s: Series, desc: np.ndarray, nwin: int) -> None:
+        """Keyed input in ts order: partition, per-bucket windows, back to input
+        order; each phase split over the threads (kernels.mojo)."""
+        parts = _parts(s.n)
+        scratch = pa.allocate_buffer(_bucket_scratch_bytes(s.n, parts))
+
+        def phase(number: int, window: int = 0) -> None:
+            self._on_threads(
+                [
+                    ("rolling_bucketed_part", desc, number, i, parts, scratch.address, window)
+                    for i in range(parts)
+                ]
+            )
+
+        phase(0)
+        phase(1)
+        for w in range(nwin):
+            phase(2, w)
+            phase(3, w)
+
+    def _on_threads(self, calls: list[tuple[Any, ...]]) -> None:
+        """Run kernel calls that release the GIL: the first here, the others on the pool."""
+        others = (
+            [_pool(len(calls) - 1).submit(self._call, *c) for c in calls[1:]] if calls[1:] else []
+        )
+        self._call(*calls[0])
+        for f in others:
+            f.result()
 
     def hopping(
         self,
