@@ -49,18 +49,41 @@ def test_grouped_pass_matches_duckdb(data: Rows, window: int, in_order: bool) ->
     """Without count_distinct the kernels take the specialised grouped pass, several
     windows at once: over input already in ts order (used in place when unkeyed) and
     over unsorted input (keys merge-sorted first)."""
-    if in_order:  # stable: ties keep their input order
-        order = np.argsort(data.ts, kind="stable")
-        data = Rows(
-            data.ts[order],
-            data.values.take(pa.array(order, pa.int64())),
-            None if data.keys is None else data.keys.take(pa.array(order, pa.int64())),
-        )
+    if in_order:
+        data = in_ts_order(data)
     windows = [window, window + 3]
     table = ops.rolling(data.ts, data.values, windows, STREAMED, keys=data.keys)
     for w in windows:
         expected = oracle.rolling(data.ts, data.values, w, STREAMED, data.keys)
         for agg in STREAMED:
+            assert_matches(table[f"{agg}_{w}"], expected[agg], agg)
+
+
+FIVE = ["count", "sum", "mean", "min", "max"]
+
+
+def in_ts_order(data: Rows) -> Rows:
+    """The same rows sorted by ts, stably (ties keep their input order)."""
+    order = pa.array(np.argsort(data.ts, kind="stable"), pa.int64())
+    keys = None if data.keys is None else data.keys.take(order)
+    return Rows(data.ts[order.to_numpy()], data.values.take(order), keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=rows(),
+    window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
+    aggs=st.lists(st.sampled_from(FIVE), min_size=1, max_size=5, unique=True),
+)
+def test_in_order_keyed_five_aggs_match_duckdb(data: Rows, window: int, aggs: list[str]) -> None:
+    """Keyed input in ts order with only count/sum/mean/min/max takes the bucketed
+    path (partition by key bucket, windows per bucket, results back in input order)."""
+    data = in_ts_order(data)
+    windows = [window, window + 3]
+    table = ops.rolling(data.ts, data.values, windows, aggs, keys=data.keys)
+    for w in windows:
+        expected = oracle.rolling(data.ts, data.values, w, aggs, data.keys)
+        for agg in aggs:
             assert_matches(table[f"{agg}_{w}"], expected[agg], agg)
 
 
@@ -199,8 +222,9 @@ def test_many_windows_in_one_call_equal_separate_calls() -> None:
 @pytest.mark.parametrize("backend", ["mojo"], indirect=True)
 @pytest.mark.parametrize("keyed", [False, True])
 @pytest.mark.parametrize("parts", [2, 3])
+@pytest.mark.parametrize("five", [False, True])
 def test_parts_on_threads_agree_with_one_thread(
-    backend: str, keyed: bool, parts: int, monkeypatch: pytest.MonkeyPatch
+    backend: str, keyed: bool, parts: int, five: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Large calls are split over threads (keys, or rows with a warm-up when unkeyed)."""
     assert backend == "mojo"
@@ -215,7 +239,7 @@ def test_parts_on_threads_agree_with_one_thread(
     nulls = rng.random(n) < 0.1 if parts == 3 else None  # parts=2: values used in place
     values = pa.array(rng.normal(5, 3, n), mask=nulls)
     keys = pa.array(rng.integers(0, 7, n)) if keyed else None
-    windows, aggs = [10, 5_000, 10**9], STREAMED
+    windows, aggs = [10, 5_000, 10**9], FIVE if five else STREAMED
 
     one = ops.rolling(ts, values, windows, aggs, keys=keys)
     monkeypatch.setattr(_native, "_parts", lambda rows: parts)
