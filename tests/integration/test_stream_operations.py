@@ -135,7 +135,7 @@ def test_sigterm_stops_at_a_batch_boundary_and_the_restart_continues(
             stdout=out, stderr=subprocess.STDOUT, env=env(), start_new_session=True,
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + 900
             while len(_metrics(log_path.read_text(errors="replace"))) < 2:
                 assert job.poll() is None, log_path.read_text(errors="replace")[-4000:]
                 assert time.monotonic() < deadline, "the job made no progress"

@@ -35,6 +35,14 @@ CASES: list[tuple[bytes | None, str | None, str | None, int | None]] = [
     (b'{"user_id":3}', "event_timestamp", "missing or null event timestamp", None),
     (b'{"user_id":3,"event_timestamp":"yesterday"}', "event_timestamp", "not an RFC 3339", None),
     (b'{"user_id":3,"event_timestamp":1,"amount":"x"}', "amount", "not a valid double", None),
+    (b'{"user_id":3,"event_timestamp":"9999-12-31T00:00:00Z"}', "event_timestamp",
+     "outside the years 1677-2262", None),
+    (b'{"user_id":3,"event_timestamp":253402214400000}', "event_timestamp",
+     "outside the years 1677-2262", None),
+    (b'{"user_id":3,"event_timestamp":1180591620717411303424}', "event_timestamp",
+     "outside the years 1677-2262", None),
+    (b'{"user_id":3,"event_timestamp":-9223372036854}', None, None,
+     -9_223_372_036_854_000_000),
 ]  # fmt: skip
 
 

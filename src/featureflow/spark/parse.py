@@ -8,7 +8,8 @@ first failing check, in the order below) instead of being dropped:
 1. ``value``: the message is empty or not a JSON object (Avro sources: not a
    record of the source's Avro schema);
 2. the entity key: missing / null, or not an integer;
-3. the event timestamp: missing, or neither RFC 3339 text nor epoch milliseconds;
+3. the event timestamp: missing, neither RFC 3339 text nor epoch milliseconds,
+   or outside what epoch nanoseconds in int64 represent (years 1677-2262);
 4. any other declared field: present but of the wrong type (a null is fine;
    Avro records are typed by their schema, so this check is JSON's only).
 """
@@ -33,6 +34,9 @@ EVENT_NS = "event_ns"
 ERROR_FIELD = "error_field"
 ERROR_REASON = "error_reason"
 KAFKA_COLUMNS = ("topic", "partition", "offset")
+
+_MAX_ABS_MILLIS = (2**63 - 1) // 1_000_000
+"""Epoch milliseconds whose nanoseconds still fit in int64 (about +-292 years from 1970)."""
 
 
 def _raw_json_field(name: str) -> Column:
@@ -99,17 +103,26 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         parsed, checks = _json_object(spec, schema)
 
     stamp = parsed[spec.timestamp_field].cast("string")
+    is_millis = F.coalesce(stamp.rlike(r"^-?[0-9]+$"), F.lit(False))
+    millis = stamp.try_cast("long")
+    millis_in_range = F.coalesce(millis.between(-_MAX_ABS_MILLIS, _MAX_ABS_MILLIS), F.lit(False))
     event_ts = (
-        F.when(stamp.rlike(r"^-?[0-9]+$"), F.timestamp_millis(stamp.cast("long")))
+        F.when(is_millis & millis_in_range, F.timestamp_millis(millis))
+        .when(is_millis, F.lit(None).cast("timestamp"))
         .otherwise(F.try_to_timestamp(stamp))
     )  # fmt: skip
+    # Epoch ns in int64 covers 1677-09-21 .. 2262-04-11; beyond, the product overflows.
+    event_ns = F.try_multiply(F.unix_micros(event_ts), F.lit(1000))
+    out_of_range = "outside the years 1677-2262 (not representable in epoch nanoseconds)"
     checks += [
         (stamp.isNull(), spec.timestamp_field, "missing or null event timestamp"),
+        (is_millis & ~millis_in_range, spec.timestamp_field, out_of_range),
         (
             event_ts.isNull(),
             spec.timestamp_field,
             "not an RFC 3339 timestamp or epoch milliseconds",
         ),
+        (event_ns.isNull(), spec.timestamp_field, out_of_range),
     ]
     if spec.avro_schema is None:
         for field in schema.fields:
@@ -127,7 +140,7 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     return raw.select(
         *(parsed[field.name].cast(field.dataType).alias(field.name) for field in schema.fields),
         event_ts.alias(EVENT_TIME),
-        (F.unix_micros(event_ts) * F.lit(1000)).alias(EVENT_NS),
+        event_ns.alias(EVENT_NS),
         error_field.alias(ERROR_FIELD),
         error_reason.alias(ERROR_REASON),
         *(F.col(name) for name in KAFKA_COLUMNS),
