@@ -398,14 +398,7 @@ def _drive(lanes: list[Generator[None, None, tuple[int, Exception | None]]]
     """Run the lanes round-robin: every lane sends its packet before any waits for
     its replies, so the server works on one lane while the client reads another."""
     written, first_error = 0, None
-    active = []
-    for lane in lanes:
-        try:
-            next(lane)
-            active.append(lane)
-        except StopIteration as done:
-            written += done.value[0]
-            first_error = first_error or done.value[1]
+    active = list(lanes)
     while active:
         still = []
         for lane in active:
