@@ -114,7 +114,7 @@ def backfill_view(
         .sortWithinPartitions(spec.join_key, EVENT_NS)
         .mapInArrow(compute, STATS_SCHEMA)
     )
-    description = f"backfill {spec.name} {options.span}"
+    description = f"backfill {spec.name}"
     if options.progress:
         stats = with_progress(spark.sparkContext, description, stats_frame.collect)
     else:
