@@ -150,7 +150,7 @@ def run_feast(
 
     store = load_store(repo)
     view = store.get_stream_feature_view("user_txn_stats")
-    view.udf = feast_ingest_udf  # type: ignore[assignment]
+    view.udf = feast_ingest_udf
     config = SparkProcessorConfig(
         mode="spark", source="kafka", spark_session=spark, processing_time="0 seconds",
         query_timeout=1,
