@@ -7,6 +7,8 @@ frame ``[t - W, t]``; these queries compute the 18 features of
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -93,14 +95,9 @@ SESSION_AGGREGATES = {  # feature: (featureflow function, DuckDB expression)
     "session_amount_mean": ("mean", "avg(amount)"),
     "session_amount_max": ("max", "max(amount)"),
 }
-SESSIONS_SPEC = StreamViewSpec(
+SESSIONS_SPEC = dataclasses.replace(
+    EXAMPLE_SPEC,
     name="user_sessions",
-    join_key="user_id",
-    timestamp_field="event_timestamp",
-    topic="transactions",
-    bootstrap_servers="127.0.0.1:9092",
-    json_schema="user_id long, amount double, merchant string, event_timestamp string",
-    watermark_ns=0,
     aggregations=tuple(
         AggregationSpec("amount", function, SESSION_GAP_S * 10**9, name)
         for name, (function, _) in SESSION_AGGREGATES.items()

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +17,29 @@ import pyarrow as pa
 import pytest
 from duckdb_oracle import FEATURE_NAMES, SESSION_AGGREGATES, SESSION_GAP_S, sessions
 
+from featureflow.events import sample
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GAP_NS = SESSION_GAP_S * 10**9
 WATERMARK_DELAY_NS = 5 * 60 * 10**9  # the example repo's watermark_delay_threshold
+
+
+def topic_with(
+    bootstrap: str,
+    prefix: str,
+    events: sample.SampleEvents,
+    *,
+    partitions: int = 2,
+    encode: Callable[[sample.SampleEvents], Iterable[tuple[bytes, bytes]]] = sample.to_json,
+) -> str:
+    """A fresh topic named ``<prefix>-<uuid>`` holding ``events`` (JSON by default)."""
+    from featureflow.infra import kafka_broker, kafka_client
+
+    topic = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    kafka_broker.create_topic(bootstrap, topic, partitions=partitions)
+    kafka_client.produce(bootstrap, topic, encode(events))
+    return topic
 
 
 def env() -> dict[str, str]:

@@ -13,16 +13,14 @@ import socket
 import subprocess
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from duckdb_oracle import END_NS, events_table, latest_features
-from job_harness import BIN, apply, assert_online_rolling_equal, env, run_job
+from job_harness import BIN, apply, assert_online_rolling_equal, env, run_job, topic_with
 
 from featureflow.events import sample
-from featureflow.infra import kafka_broker, kafka_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -82,10 +80,8 @@ def test_job_runs_unchanged_on_a_standalone_cluster(
     tmp_path: Path,
 ) -> None:
     master, ui = standalone_master
-    topic = f"test-cluster-{uuid.uuid4().hex[:10]}"
-    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=2)
     events = sample.generate(1500, users=30, seed=59, end_ns=END_NS, span_s=2 * 3600)
-    kafka_client.produce(kafka_bootstrap, topic, sample.to_json(events))
+    topic = topic_with(kafka_bootstrap, "test-cluster", events)
     apply(feature_repo_copy, topic)
     log = run_job(feature_repo_copy, kafka_bootstrap, tmp_path / "checkpoint",
                   "--view", "user_txn_stats", master=master)  # fmt: skip

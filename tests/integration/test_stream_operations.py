@@ -25,6 +25,7 @@ from job_harness import (
     env,
     job_command,
     run_job,
+    topic_with,
 )
 
 from featureflow.events import sample
@@ -118,12 +119,10 @@ def test_sessions_and_dead_letters_with_both_views_on_one_topic(
 def test_sigterm_stops_at_a_batch_boundary_and_the_restart_continues(
     kafka_bootstrap: str, feature_repo_copy: Path, tmp_path: Path
 ) -> None:
-    topic = f"test-term-{uuid.uuid4().hex[:10]}"
-    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=1)
     events = sample.generate(
         3000, users=40, seed=43, end_ns=END_NS, span_s=4 * 3600, out_of_order_share=0.0
     )
-    kafka_client.produce(kafka_bootstrap, topic, sample.to_json(events))
+    topic = topic_with(kafka_bootstrap, "test-term", events, partitions=1)
     apply(feature_repo_copy, topic)
     checkpoint = tmp_path / "checkpoint"
     batch = ("--max-offsets-per-trigger", "300", "--view", "user_txn_stats")
@@ -163,10 +162,8 @@ def test_job_writes_redis_when_the_repo_says_so(
 ) -> None:
     from featureflow.infra.redis_server import RedisServer
 
-    topic = f"test-redis-{uuid.uuid4().hex[:10]}"
-    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=2)
     events = sample.generate(2000, users=50, seed=47, end_ns=END_NS, span_s=3 * 3600)
-    kafka_client.produce(kafka_bootstrap, topic, sample.to_json(events))
+    topic = topic_with(kafka_bootstrap, "test-redis", events)
     with RedisServer() as redis:
         config = feature_repo_copy / "feature_store.yaml"
         config.write_text(
@@ -188,10 +185,8 @@ def test_avro_source_end_to_end(
 ) -> None:
     from featureflow.events.avro import TRANSACTION_SCHEMA, to_avro
 
-    topic = f"test-avro-{uuid.uuid4().hex[:10]}"
-    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=2)
     events = sample.generate(1500, users=40, seed=53, end_ns=END_NS, span_s=3 * 3600)
-    kafka_client.produce(kafka_bootstrap, topic, to_avro(events))
+    topic = topic_with(kafka_bootstrap, "test-avro", events, encode=to_avro)
     truncated = b"\x02"  # user_id 1, then nothing: not a record of the schema
     kafka_client.produce(kafka_bootstrap, topic, [(b"bad", truncated)])
     definitions = feature_repo_copy / "features.py"
