@@ -1,6 +1,11 @@
 # featureflow window kernels: rolling (RANGE and sawtooth), hopping and
 # session aggregates over Arrow buffers passed by address.
 #
+# rolling over input already in ts order (the stream case; see "rolling over
+# input in ts order") reads the inputs in order and writes every output row in
+# order: keyed count/sum/mean/min/max through key buckets (partition, windows
+# per bucket in cache, gather back), other keyed aggregates through per-key
+# slots, unkeyed in place. Otherwise:
 # rolling and sessions (see their sections for details):
 #   1. group (`group_rows`): one read of the inputs scatters ts, float64
 #      values (NaN = null) and input row ids into each key's slot range (a

@@ -26,6 +26,15 @@ def assert_matches(actual: pa.ChunkedArray, expected: np.ndarray, agg: str) -> N
     np.testing.assert_allclose(got, want, rtol=tol, atol=1e-6, equal_nan=True, err_msg=agg)
 
 
+def assert_windows_match(data: Rows, windows: list[int], aggs: list[str]) -> None:
+    """Several windows in one call, each against DuckDB."""
+    table = ops.rolling(data.ts, data.values, windows, aggs, keys=data.keys)
+    for w in windows:
+        expected = oracle.rolling(data.ts, data.values, w, aggs, data.keys)
+        for agg in aggs:
+            assert_matches(table[f"{agg}_{w}"], expected[agg], agg)
+
+
 @settings(max_examples=60, deadline=None)
 @given(data=rows(), window=st.sampled_from([1, 2, 50, 10**4, 10**9, 2**61]))
 def test_matches_duckdb(data: Rows, window: int) -> None:
@@ -36,29 +45,7 @@ def test_matches_duckdb(data: Rows, window: int) -> None:
         assert_matches(table[f"{agg}_{window}"], expected[agg], agg)
 
 
-STREAMED = [a for a in ALL if a != "count_distinct"]  # the grouped-pass kernel path
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    data=rows(),
-    window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
-    in_order=st.booleans(),
-)
-def test_grouped_pass_matches_duckdb(data: Rows, window: int, in_order: bool) -> None:
-    """Without count_distinct the kernels take the specialised grouped pass, several
-    windows at once: over input already in ts order (used in place when unkeyed) and
-    over unsorted input (keys merge-sorted first)."""
-    if in_order:
-        data = in_ts_order(data)
-    windows = [window, window + 3]
-    table = ops.rolling(data.ts, data.values, windows, STREAMED, keys=data.keys)
-    for w in windows:
-        expected = oracle.rolling(data.ts, data.values, w, STREAMED, data.keys)
-        for agg in STREAMED:
-            assert_matches(table[f"{agg}_{w}"], expected[agg], agg)
-
-
+STREAMED = [a for a in ALL if a != "count_distinct"]  # the specialised kernel passes
 FIVE = ["count", "sum", "mean", "min", "max"]
 
 
@@ -73,18 +60,28 @@ def in_ts_order(data: Rows) -> Rows:
 @given(
     data=rows(),
     window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
+    in_order=st.booleans(),
+)
+def test_grouped_pass_matches_duckdb(data: Rows, window: int, in_order: bool) -> None:
+    """Without count_distinct the kernels take a specialised pass, several windows at
+    once: over input already in ts order (streamed: keyed through per-key slots,
+    unkeyed in place) and over unsorted input (grouped by key, keys merge-sorted)."""
+    if in_order:
+        data = in_ts_order(data)
+    assert_windows_match(data, [window, window + 3], STREAMED)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=rows(),
+    window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
     aggs=st.lists(st.sampled_from(FIVE), min_size=1, max_size=5, unique=True),
 )
 def test_in_order_keyed_five_aggs_match_duckdb(data: Rows, window: int, aggs: list[str]) -> None:
     """Keyed input in ts order with only count/sum/mean/min/max takes the bucketed
     path (partition by key bucket, windows per bucket, results back in input order)."""
     data = in_ts_order(data)
-    windows = [window, window + 3]
-    table = ops.rolling(data.ts, data.values, windows, aggs, keys=data.keys)
-    for w in windows:
-        expected = oracle.rolling(data.ts, data.values, w, aggs, data.keys)
-        for agg in aggs:
-            assert_matches(table[f"{agg}_{w}"], expected[agg], agg)
+    assert_windows_match(data, [window, window + 3], aggs)
 
 
 @settings(max_examples=25, deadline=None)

@@ -5,10 +5,14 @@ runtime libraries shipped next to it are preloaded with ``RTLD_GLOBAL``
 first: that makes the package work wherever it is installed (Spark workers,
 other machines). Each kernel takes the address of one int64 descriptor
 array holding sizes, buffer addresses and codes; the layout is documented in
-``mojo_ops/kernels.mojo`` (``read_inputs``, ``rolling_prepare``). Rolling
-runs in three calls (prepare, parts, finish); the parts release the GIL and
-run on two threads for large inputs. Kernel scratch comes from the Arrow
-memory pool, which keeps its pages mapped for the next call.
+``mojo_ops/kernels.mojo`` (``read_inputs``, ``rolling_prepare``).
+``rolling_stream_mode`` picks the rolling path: input in ts order (one pass
+to check) streams — keyed count/sum/mean/min/max through key buckets in four
+phases, other keyed aggregates through per-key slots, unkeyed in place —
+with results written in input order; unsorted input (or count_distinct) is
+grouped by key first (prepare, parts, finish). Parts and phases release the
+GIL and run on two threads for large inputs. Kernel scratch comes from the
+Arrow memory pool.
 """
 
 from __future__ import annotations
