@@ -86,6 +86,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python bench/online_write.py
+	$(BIN)/python bench/backfill.py
 	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger 100000
 
 lint: venv

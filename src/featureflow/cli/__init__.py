@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "schema",
     "validate",
     "apply",
+    "training_set",
 )
 
 
