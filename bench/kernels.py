@@ -165,9 +165,12 @@ def spark_tasks(ev: pa.Table) -> dict[str, Callable[[], object]]:
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
-    pq = RESULTS / "_events.parquet"
+    import tempfile
+
     import pyarrow.parquet as papq
 
+    # not under a name starting with "_" or ".": Spark skips those files as hidden
+    pq = Path(tempfile.mkdtemp(prefix="featureflow-bench-")) / "events.parquet"
     papq.write_table(ev, pq)
     df = spark.read.parquet(str(pq)).selectExpr(
         "k", "v", "ts", "timestamp_micros(ts div 1000) AS t"
