@@ -8,8 +8,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from featureflow.errors import FeatureflowError
-
 log = logging.getLogger("featureflow.backfill")
 
 
@@ -61,18 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the backfill; returns the exit status."""
-    from featureflow.cli import quiet_third_party_logs
+    from featureflow.spark.job import run_command
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    quiet_third_party_logs()
-    args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except FeatureflowError as error:
-        log.error("%s", error)
-        return 1
+    return run_command(build_parser(), _run, argv, log)
 
 
 def _run(args: argparse.Namespace) -> int:

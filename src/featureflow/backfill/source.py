@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING
 
 from featureflow.errors import JobError, RepoError
 from featureflow.repo import StreamViewSpec
-from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
+from featureflow.spark.parse import (
+    ERROR_FIELD,
+    ERROR_REASON,
+    EVENT_NS,
+    first_failing,
+    parse_events,
+)
 
 if TYPE_CHECKING:
     from feast import FeatureStore
@@ -53,11 +59,7 @@ def _checked(frame: DataFrame, spec: StreamViewSpec, checks: list[tuple[Column, 
     """The standard columns, the first failing check (in order) naming field and reason."""
     from pyspark.sql import functions as F
 
-    error_field: Column = F.lit(None).cast("string")
-    error_reason: Column = F.lit(None).cast("string")
-    for condition, field_name, reason in reversed(checks):  # first check wins
-        error_field = F.when(condition, F.lit(field_name)).otherwise(error_field)
-        error_reason = F.when(condition, F.lit(reason)).otherwise(error_reason)
+    error_field, error_reason = first_failing(checks)
     return frame.select(
         F.col(spec.join_key).cast("long").alias(spec.join_key),
         F.col(EVENT_NS),

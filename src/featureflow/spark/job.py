@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,20 +85,32 @@ def _kafka_options(pairs: list[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job; returns the exit status (0 when ``--available-now`` drained the topic)."""
+    return run_command(build_parser(), _run, argv, log)
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    run: Callable[[argparse.Namespace], int],
+    argv: Sequence[str] | None,
+    logger: logging.Logger,
+) -> int:
+    """The shared entry point of featureflow's Spark jobs: logging, then ``run`` with
+    featureflow's errors turned into one actionable log line (the gate's report as a
+    table) and exit status 1."""
     from featureflow.cli import quiet_third_party_logs
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     quiet_third_party_logs()
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     try:
-        return _run(args)
+        return run(args)
     except SchemaMismatchError as error:
-        log.error("the schema gate refused to materialise:\n%s", error.report.to_table())
+        logger.error("the schema gate refused to materialise:\n%s", error.report.to_table())
         return 1
     except FeatureflowError as error:
-        log.error("%s", error)
+        logger.error("%s", error)
         return 1
 
 

@@ -80,6 +80,18 @@ def _avro_record(spec: StreamViewSpec) -> tuple[Column, list[Check]]:
     ]
 
 
+def first_failing(checks: list[Check]) -> tuple[Column, Column]:
+    """(field, reason) of the first check whose condition holds, in order; nulls when none."""
+    from pyspark.sql import functions as F
+
+    error_field: Column = F.lit(None).cast("string")
+    error_reason: Column = F.lit(None).cast("string")
+    for condition, field_name, reason in reversed(checks):  # so the first check wins
+        error_field = F.when(condition, F.lit(field_name)).otherwise(error_field)
+        error_reason = F.when(condition, F.lit(reason)).otherwise(error_reason)
+    return error_field, error_reason
+
+
 def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     """Parse the ``value`` of Kafka records (``spark.readStream.format("kafka")``) as events
     (JSON, or Avro when the view's source is Avro).
@@ -131,12 +143,7 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
             wrong_type = _raw_json_field(field.name).isNotNull() & parsed[field.name].isNull()
             checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
 
-    error_field: Column = F.lit(None).cast("string")
-    error_reason: Column = F.lit(None).cast("string")
-    for condition, field_name, reason in reversed(checks):  # first check wins
-        error_field = F.when(condition, F.lit(field_name)).otherwise(error_field)
-        error_reason = F.when(condition, F.lit(reason)).otherwise(error_reason)
-
+    error_field, error_reason = first_failing(checks)
     return raw.select(
         *(parsed[field.name].cast(field.dataType).alias(field.name) for field in schema.fields),
         event_ts.alias(EVENT_TIME),
