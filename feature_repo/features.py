@@ -85,6 +85,7 @@ user_txn_stats = StreamFeatureView(
 
 
 SESSION_GAP = timedelta(minutes=30)
+SESSIONS_SCHEMA_VERSION = "1.0.0"  # schemas/user_sessions.mojo's VERSION
 
 # In a session view every Aggregation's time_window is the session gap and its
 # ``name`` is the feature: the aggregate over all events of the session.
@@ -116,5 +117,6 @@ user_sessions = StreamFeatureView(
     ],
     aggregations=_SESSION_AGGREGATIONS,
     online=True,
-    tags={"featureflow.window": "session", "schema_version": "1.0.0", "owner": "featureflow"},
+    tags={"featureflow.window": "session", "schema_version": SESSIONS_SCHEMA_VERSION,
+          "owner": "featureflow"},
 )

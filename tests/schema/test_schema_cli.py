@@ -35,7 +35,7 @@ def gate_args(repo: Repo) -> list[str]:
 
 def test_validate_passes_with_status_0(fresh: Repo, capsys: pytest.CaptureFixture[str]) -> None:
     assert run("validate", *gate_args(fresh)) == 0
-    assert capsys.readouterr().out.rstrip().endswith("PASS: 43 ✅, 0 ⚠️, 0 ❌")
+    assert capsys.readouterr().out.rstrip().endswith("PASS: 61 ✅, 0 ⚠️, 0 ❌")
 
 
 def test_validate_json_names_the_failing_row(

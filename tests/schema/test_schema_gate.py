@@ -25,7 +25,8 @@ def test_unmutated_repo_passes_every_check(fresh: Repo) -> None:
     assert report.ok_strict, report.to_table(only_problems=True)
     checks = {r.check for r in report.rows}
     assert {"entity key", "event timestamp", "field", "aggregation", "version"} <= checks
-    assert len([r for r in report.rows if r.check == "aggregation"]) == 18
+    # 18 rolling aggregates of user_txn_stats + 4 session aggregates of user_sessions
+    assert len([r for r in report.rows if r.check == "aggregation"]) == 22
 
 
 def retyped_field(repo: Repo) -> None:
@@ -189,7 +190,7 @@ def test_clean_apply_then_feast_lists_the_view(
     from featureflow.cli.apply import run
 
     assert run(_args(fresh)) == 0
-    assert "schema gate: 43 ✅, 0 ⚠️, 0 ❌" in capsys.readouterr().out
+    assert "schema gate: 61 ✅, 0 ⚠️, 0 ❌" in capsys.readouterr().out
     feast = Path(sys.executable).parent / "feast"
     listed = subprocess.run(
         [str(feast), "-c", str(fresh.repo), "stream-feature-views", "list"],

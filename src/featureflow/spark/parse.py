@@ -62,17 +62,26 @@ def _json_object(spec: StreamViewSpec, schema: StructType) -> tuple[Column, list
     ]
 
 
-def _avro_record(spec: StreamViewSpec) -> tuple[Column, list[Check]]:
+def _avro_record(spec: StreamViewSpec, schema: StructType) -> tuple[Column, list[Check]]:
     """The decoded Avro record (plain Avro binary, no schema-registry header) and its checks."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     assert spec.avro_schema is not None
-    # PERMISSIVE: a record that does not decode becomes null instead of failing the batch.
+    # PERMISSIVE: a record that does not decode becomes a row of nulls (measured: a
+    # truncated record gives a struct whose every field is null) instead of failing
+    # the batch.
     parsed = from_avro(F.col("value"), spec.avro_schema, {"mode": "PERMISSIVE"})
+    every_field_null = reduce(
+        lambda acc, name: acc & parsed[name].isNull(),
+        [field.name for field in schema.fields],
+        F.lit(True),
+    )
     return parsed, [
         (
-            F.col("value").isNull() | parsed.isNull(),
+            F.col("value").isNull() | parsed.isNull() | every_field_null,
             "value",
             "not an Avro record of the source's schema",
         ),
@@ -110,7 +119,7 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         msg = f"view {spec.name!r}: the JSON schema {spec.json_schema!r} is not a list of fields"
         raise RepoError(msg)
     if spec.avro_schema is not None:
-        parsed, checks = _avro_record(spec)
+        parsed, checks = _avro_record(spec, schema)
     else:
         parsed, checks = _json_object(spec, schema)
 
