@@ -20,8 +20,8 @@ from featureflow.spark.parse import (
     ERROR_FIELD,
     ERROR_REASON,
     EVENT_NS,
-    first_failing,
     parse_events,
+    with_first_failing,
 )
 
 if TYPE_CHECKING:
@@ -59,14 +59,13 @@ def _checked(frame: DataFrame, spec: StreamViewSpec, checks: list[tuple[Column, 
     """The standard columns, the first failing check (in order) naming field and reason."""
     from pyspark.sql import functions as F
 
-    error_field, error_reason = first_failing(checks)
-    return frame.select(
+    return with_first_failing(frame.select("*", where.alias(ERROR_AT)), checks).select(
         F.col(spec.join_key).cast("long").alias(spec.join_key),
         F.col(EVENT_NS),
         *(F.col(name).cast("double").alias(name) for name in spec.value_columns),
-        error_field.alias(ERROR_FIELD),
-        error_reason.alias(ERROR_REASON),
-        F.when(error_reason.isNotNull(), where).alias(ERROR_AT),
+        ERROR_FIELD,
+        ERROR_REASON,
+        F.when(F.col(ERROR_REASON).isNotNull(), F.col(ERROR_AT)).alias(ERROR_AT),
     )
 
 

@@ -39,33 +39,53 @@ _MAX_ABS_MILLIS = (2**63 - 1) // 1_000_000
 """Epoch milliseconds whose nanoseconds still fit in int64 (about +-292 years from 1970)."""
 
 
-def _raw_json_field(name: str) -> Column:
+_DECODED = "__decoded"
+"""Staging column: the record decoded into the view's schema (JSON or Avro)."""
+_AS_TEXT = "__as_text"
+"""Staging column (JSON): every field of the view as its raw JSON text (null: absent or null)."""
+_IS_OBJECT = "__is_object"
+"""Staging column (JSON): whether the message is a JSON object."""
+_ERROR = "__error"
+"""Staging column: struct(field, reason) of the first failing check, null when none fails."""
+
+
+def _json_decoders(schema: StructType) -> list[Column]:
+    """Columns that parse the message: typed, as text per field, and whether it is an object.
+
+    Each is evaluated once per record in its own projection (see :func:`parse_events`).
+    """
     from pyspark.sql import functions as F
-
-    return F.get_json_object(F.col("value").cast("string"), f"$.{name}")
-
-
-def _json_object(spec: StreamViewSpec, schema: StructType) -> tuple[Column, list[Check]]:
-    """The parsed JSON struct and the checks of its shape and entity key."""
-    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
 
     text = F.col("value").cast("string")
-    parsed = F.from_json(text, schema)
+    # A string field takes any JSON value as its text (numbers, objects too), so
+    # this struct tells "present" (non-null) apart from "present but the wrong type".
+    as_text = StructType([StructField(field.name, StringType()) for field in schema.fields])
     is_object = (
         F.coalesce(F.trim(text).startswith("{"), F.lit(False))
         & F.json_object_keys(text).isNotNull()
     )
-    return parsed, [
-        (~is_object, "value", "not a JSON object"),
-        (_raw_json_field(spec.join_key).isNull(), spec.join_key, "missing or null entity key"),
-        (parsed[spec.join_key].isNull(), spec.join_key, "entity key is not an integer"),
+    return [
+        F.from_json(text, schema).alias(_DECODED),
+        F.from_json(text, as_text).alias(_AS_TEXT),
+        is_object.alias(_IS_OBJECT),
     ]
 
 
-def _avro_record(spec: StreamViewSpec, schema: StructType) -> tuple[Column, list[Check]]:
-    """The decoded Avro record (plain Avro binary, no schema-registry header) and its checks."""
-    from functools import reduce
+def _json_checks(spec: StreamViewSpec) -> list[Check]:
+    """The checks of a JSON message's shape and entity key (on the staged columns)."""
+    from pyspark.sql import functions as F
 
+    decoded, as_text = F.col(_DECODED), F.col(_AS_TEXT)
+    return [
+        (~F.col(_IS_OBJECT), "value", "not a JSON object"),
+        (as_text[spec.join_key].isNull(), spec.join_key, "missing or null entity key"),
+        (decoded[spec.join_key].isNull(), spec.join_key, "entity key is not an integer"),
+    ]
+
+
+def _avro_decoder(spec: StreamViewSpec) -> Column:
+    """The decoded Avro record (plain Avro binary, no schema-registry header)."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -73,32 +93,57 @@ def _avro_record(spec: StreamViewSpec, schema: StructType) -> tuple[Column, list
     # PERMISSIVE: a record that does not decode becomes a row of nulls (measured: a
     # truncated record gives a struct whose every field is null) instead of failing
     # the batch.
-    parsed = from_avro(F.col("value"), spec.avro_schema, {"mode": "PERMISSIVE"})
+    return from_avro(F.col("value"), spec.avro_schema, {"mode": "PERMISSIVE"}).alias(_DECODED)
+
+
+def _avro_checks(spec: StreamViewSpec, schema: StructType) -> list[Check]:
+    """The checks of an Avro record's shape and entity key (on the staged columns)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    decoded = F.col(_DECODED)
     every_field_null = reduce(
-        lambda acc, name: acc & parsed[name].isNull(),
+        lambda acc, name: acc & decoded[name].isNull(),
         [field.name for field in schema.fields],
         F.lit(True),
     )
-    return parsed, [
+    return [
         (
-            F.col("value").isNull() | parsed.isNull() | every_field_null,
+            F.col("value").isNull() | decoded.isNull() | every_field_null,
             "value",
             "not an Avro record of the source's schema",
         ),
-        (parsed[spec.join_key].isNull(), spec.join_key, "missing or null entity key"),
+        (decoded[spec.join_key].isNull(), spec.join_key, "missing or null entity key"),
     ]
 
 
-def first_failing(checks: list[Check]) -> tuple[Column, Column]:
-    """(field, reason) of the first check whose condition holds, in order; nulls when none."""
+def first_failing(checks: list[Check]) -> Column:
+    """struct(field, reason) of the first check whose condition holds, in order; null when none.
+
+    One CASE, so each condition is evaluated at most once per row. Select its
+    ``field`` and ``reason`` in a later projection: Spark then evaluates the CASE
+    once, where two separate CASE columns would evaluate the conditions twice.
+    """
     from pyspark.sql import functions as F
 
-    error_field: Column = F.lit(None).cast("string")
-    error_reason: Column = F.lit(None).cast("string")
+    error: Column = F.lit(None).cast("struct<field:string,reason:string>")
     for condition, field_name, reason in reversed(checks):  # so the first check wins
-        error_field = F.when(condition, F.lit(field_name)).otherwise(error_field)
-        error_reason = F.when(condition, F.lit(reason)).otherwise(error_reason)
-    return error_field, error_reason
+        found = F.struct(F.lit(field_name).alias("field"), F.lit(reason).alias("reason"))
+        error = F.when(condition, found).otherwise(error)
+    return error
+
+
+def with_first_failing(frame: DataFrame, checks: list[Check]) -> DataFrame:
+    """``frame`` plus ``error_field`` and ``error_reason`` (null: every check passes)."""
+    from pyspark.sql import functions as F
+
+    staged = frame.select("*", first_failing(checks).alias(_ERROR))
+    return staged.select(
+        *(F.col(f"`{name}`") for name in frame.columns),
+        F.col(_ERROR)["field"].alias(ERROR_FIELD),
+        F.col(_ERROR)["reason"].alias(ERROR_REASON),
+    )
 
 
 def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
@@ -118,48 +163,60 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     if not isinstance(schema, StructType):
         msg = f"view {spec.name!r}: the JSON schema {spec.json_schema!r} is not a list of fields"
         raise RepoError(msg)
-    if spec.avro_schema is not None:
-        parsed, checks = _avro_record(spec, schema)
-    else:
-        parsed, checks = _json_object(spec, schema)
+    avro = spec.avro_schema is not None
+    passed_through = [F.col(name) for name in (*KAFKA_COLUMNS, "key", "value")]
+    # Stage by stage, so that Spark evaluates each costly expression (decoding,
+    # timestamp parsing, the checks) once per record: a condition that names the
+    # decoded struct in one big projection re-decodes the message in every branch
+    # of the CASE.
+    decoders = [_avro_decoder(spec)] if avro else _json_decoders(schema)
+    decoded = raw.select(*passed_through, *decoders)
 
-    stamp = parsed[spec.timestamp_field].cast("string")
+    stamp = F.col(_DECODED)[spec.timestamp_field].cast("string")
     is_millis = F.coalesce(stamp.rlike(r"^-?[0-9]+$"), F.lit(False))
-    millis = stamp.try_cast("long")
+    # Only digit strings are cast: try_cast catches an exception per value it can't
+    # cast, which made casting every RFC 3339 stamp the costliest step of parsing.
+    millis = F.when(is_millis, stamp.try_cast("long"))
     millis_in_range = F.coalesce(millis.between(-_MAX_ABS_MILLIS, _MAX_ABS_MILLIS), F.lit(False))
     event_ts = (
         F.when(is_millis & millis_in_range, F.timestamp_millis(millis))
         .when(is_millis, F.lit(None).cast("timestamp"))
         .otherwise(F.try_to_timestamp(stamp))
     )  # fmt: skip
+    timed = decoded.select("*", event_ts.alias(EVENT_TIME))
     # Epoch ns in int64 covers 1677-09-21 .. 2262-04-11; beyond, the product overflows.
-    event_ns = F.try_multiply(F.unix_micros(event_ts), F.lit(1000))
+    event_ns = F.try_multiply(F.unix_micros(EVENT_TIME), F.lit(1000))
+    timed = timed.select("*", event_ns.alias(EVENT_NS))
+
+    checks = _avro_checks(spec, schema) if avro else _json_checks(spec)
     out_of_range = "outside the years 1677-2262 (not representable in epoch nanoseconds)"
     checks += [
         (stamp.isNull(), spec.timestamp_field, "missing or null event timestamp"),
         (is_millis & ~millis_in_range, spec.timestamp_field, out_of_range),
         (
-            event_ts.isNull(),
+            F.col(EVENT_TIME).isNull(),
             spec.timestamp_field,
             "not an RFC 3339 timestamp or epoch milliseconds",
         ),
-        (event_ns.isNull(), spec.timestamp_field, out_of_range),
+        (F.col(EVENT_NS).isNull(), spec.timestamp_field, out_of_range),
     ]
-    if spec.avro_schema is None:
+    if not avro:
         for field in schema.fields:
             if field.name in (spec.join_key, spec.timestamp_field):
                 continue
-            wrong_type = _raw_json_field(field.name).isNotNull() & parsed[field.name].isNull()
+            present = F.col(_AS_TEXT)[field.name].isNotNull()
+            wrong_type = present & F.col(_DECODED)[field.name].isNull()
             checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
 
-    error_field, error_reason = first_failing(checks)
-    return raw.select(
-        *(parsed[field.name].cast(field.dataType).alias(field.name) for field in schema.fields),
-        event_ts.alias(EVENT_TIME),
-        event_ns.alias(EVENT_NS),
-        error_field.alias(ERROR_FIELD),
-        error_reason.alias(ERROR_REASON),
-        *(F.col(name) for name in KAFKA_COLUMNS),
-        F.col("key"),
-        F.col("value"),
+    checked = with_first_failing(timed, checks)
+    return checked.select(
+        *(
+            F.col(_DECODED)[field.name].cast(field.dataType).alias(field.name)
+            for field in schema.fields
+        ),
+        EVENT_TIME,
+        EVENT_NS,
+        ERROR_FIELD,
+        ERROR_REASON,
+        *passed_through,
     )
