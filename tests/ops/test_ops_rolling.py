@@ -76,12 +76,57 @@ def test_grouped_pass_matches_duckdb(data: Rows, window: int, in_order: bool) ->
     data=rows(),
     window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
     aggs=st.lists(st.sampled_from(FIVE), min_size=1, max_size=5, unique=True),
+    bucketed=st.booleans(),
 )
-def test_in_order_keyed_five_aggs_match_duckdb(data: Rows, window: int, aggs: list[str]) -> None:
-    """Keyed input in ts order with only count/sum/mean/min/max takes the bucketed
-    path (partition by key bucket, windows per bucket, results back in input order)."""
+def test_in_order_keyed_five_aggs_match_duckdb(
+    data: Rows, window: int, aggs: list[str], bucketed: bool
+) -> None:
+    """Keyed input in ts order with only count/sum/mean/min/max takes the in-order
+    path (per-key state and a ring of recent rows) when a window's frames span at
+    most `INORDER_MAX_SPAN` rows, else the bucketed path (partition by key bucket,
+    windows per bucket, results back in input order): both sides of the threshold."""
+    from featureflow.ops import _native
+
     data = in_ts_order(data)
-    assert_windows_match(data, [window, window + 3], aggs)
+    with pytest.MonkeyPatch.context() as mp:
+        if bucketed:
+            mp.setattr(_native, "INORDER_MAX_SPAN", 0)
+        assert_windows_match(data, [window, window + 3], aggs)
+
+
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
+@pytest.mark.parametrize("parts", [1, 2])
+def test_in_order_ring_agrees_with_bucketed(
+    backend: str, parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-order path's ring wraps many times; keys fall silent for longer than
+    the ring (their state must not read overwritten records), values have nulls,
+    NaN and long monotone runs (deep min/max deques), ts has runs of equal values."""
+    from featureflow.ops import _native
+
+    rng = np.random.default_rng(11)
+    n = 60_000
+    ts = np.sort(rng.integers(0, 10**7, n))
+    ts[30_000:30_300] = ts[30_000]
+    keys = rng.integers(0, 50, n)
+    keys[rng.random(n) < 0.3] = 7  # a hot key
+    quiet = (ts > 2 * 10**6) & (ts < 6 * 10**6)
+    keys[quiet & (keys < 10)] = 10  # keys 0..9 fall silent for 4e6 ns
+    raw = rng.normal(0, 1, n)
+    raw[10_000:20_000] = np.arange(10_000.0)  # increasing: min deque of one, max grows
+    raw[40_000:50_000] = -np.arange(10_000.0)
+    raw[rng.random(n) < 0.05] = np.nan
+    values = pa.array(raw, mask=rng.random(n) < 0.05)
+    windows = [1, 1_000, 50_000, 400_000]
+    monkeypatch.setattr(_native, "_parts", lambda rows: parts)
+    in_order = ops.rolling(ts, values, windows, FIVE, keys=keys)
+    monkeypatch.setattr(_native, "INORDER_MAX_SPAN", 0)
+    bucketed = ops.rolling(ts, values, windows, FIVE, keys=keys)
+    for name in in_order.column_names:
+        assert in_order[name].is_null().equals(bucketed[name].is_null()), name
+        a = np.asarray(in_order[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+        b = np.asarray(bucketed[name].to_numpy(zero_copy_only=False), dtype=np.float64)
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9, equal_nan=True, err_msg=name)
 
 
 @settings(max_examples=25, deadline=None)
