@@ -1989,9 +1989,9 @@ def region_window[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
 #    code % BUCKETS into contiguous bucket runs of (ts, float64 value, code //
 #    BUCKETS): a 1024-way partition whose write cursors stay in L2, and each
 #    bucket's rows stay in ts order.
-# 2. (parallel over buckets) each bucket (~n / 1024 rows, its keys' records
-#    and slots a few hundred KB) runs the slot pass above into bucket-ordered
-#    count/sum/min/max columns.
+# 2. (parallel over buckets) each bucket (~n / 256 rows, its keys' states and
+#    ring of recent rows a few hundred KB, in L2) runs the in-order pass below
+#    (`inorder_window`) into bucket-ordered count/sum/min/max columns.
 # 3. (parallel over row ranges) the results return to input order: row i
 #    takes the next result of its bucket's run (1024 sequential read streams),
 #    writing count, sum, mean, min, max and validity sequentially.
@@ -2106,11 +2106,14 @@ def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: 
         var biggest = 0
         for b in range(b0, b1):
             biggest = max(biggest, starts[b + 1] - starts[b])
-        var region = alloc[UInt8](8 * (KREC + SQ) * glocal + 24 * biggest + 64 * 4)
+        var ring_cap = 2
+        while ring_cap < biggest:
+            ring_cap *= 2
+        var region = alloc[UInt8](4 * ISTATE * glocal + 4 * IREC * ring_cap + 64)
+        var no_valid = List[Int]()
         var width = Int(d[unsafe_offset=HEADER + 5 + w])
         var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
         var full = outs_for(cols, w * naggs, naggs, 0)
-        var none = List[Column]()
         for b in range(b0, b1):
             var a = starts[b]
             var m = starts[b + 1] - a
@@ -2127,15 +2130,22 @@ def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: 
                 0, 0, 0, 0, 0, 0, 0,
             )
             var base = (Int(region) + 63) // 64 * 64
+            # the bucket's rows stream in order through the in-order pass, whose
+            # key states and ring (at most the bucket's rows) stay in L2
+            var bts = lay.pts.unsafe_offset(a)
+            var bcodes = lay.pc.unsafe_offset(a)
+            var sub = Inputs(m, bts, Int(lay.pv.unsafe_offset(a)), DT_F64, 0, 0, Int(bcodes), glocal)
+            var span = inorder_span(bts, m, width, hop, m)
+            var ring = 2
+            while ring < span:
+                ring *= 2
             if full.min != 0 or full.max != 0:
-                region_window[True, True, False](
-                    lay.pts.unsafe_offset(a), lay.pv.unsafe_offset(a), lay.pc.unsafe_offset(a),
-                    glocal, m, 0, m, width, hop, o, none, 0, 0, base,
+                inorder_window[True, True](
+                    bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring
                 )
             else:
-                region_window[True, False, False](
-                    lay.pts.unsafe_offset(a), lay.pv.unsafe_offset(a), lay.pc.unsafe_offset(a),
-                    glocal, m, 0, m, width, hop, o, none, 0, 0, base,
+                inorder_window[True, False](
+                    bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring
                 )
         region.free()
     else:
@@ -2218,8 +2228,9 @@ comptime ISTATE = 16  # int32 words per key: lo, tail, count, min head, max head
 # then float64 words 3..6: sum, sum compensation, min, max
 
 
-def inorder_span(ts: I64P, n: Int, width: Int, hop: Int) -> Int:
-    """The most ring rows a pass needs: max over runs [p, e) of e - g(g(p))."""
+def inorder_span(ts: I64P, n: Int, width: Int, hop: Int, limit: Int) -> Int:
+    """The most ring rows a pass needs: max over runs [p, e) of e - g(g(p)); the
+    scan stops early with a value > `limit` once the span exceeds it."""
     var a = 0
     var b = 0
     var span = 0
@@ -2236,6 +2247,8 @@ def inorder_span(ts: I64P, n: Int, width: Int, hop: Int) -> Int:
         while ts[unsafe_offset=b] < lower2:
             b += 1
         span = max(span, e - b)
+        if span > limit:
+            return span
         p = e
     return span
 
@@ -2423,16 +2436,20 @@ def inorder_scratch_bytes(ngroups: Int, ring_rows: Int) -> Int:
     return 4 * ISTATE * ngroups + 4 * IREC * ring_rows + 64
 
 
-def rolling_inorder_span(desc: PythonObject, window: PythonObject) raises -> PythonObject:
-    """Ring rows (`inorder_span`) window number `window` of the call needs."""
+def rolling_inorder_span(
+    desc: PythonObject, window: PythonObject, limit: PythonObject
+) raises -> PythonObject:
+    """Ring rows (`inorder_span`) window number `window` of the call needs, or
+    any value > `limit` when it needs more."""
     var d = i64p(Int(py=desc))
     var inp = read_inputs(d)
     var w = Int(py=window)
     var width = Int(d[unsafe_offset=HEADER + 5 + w])
     var hop = Int(d[unsafe_offset=HEADER + 1])
+    var lim = Int(py=limit)
     var span = 0
     with GILReleased(Python()):
-        span = inorder_span(inp.ts, inp.n, width, hop)
+        span = inorder_span(inp.ts, inp.n, width, hop, lim)
     return PythonObject(span)
 
 

@@ -7,8 +7,9 @@ other machines). Each kernel takes the address of one int64 descriptor
 array holding sizes, buffer addresses and codes; the layout is documented in
 ``mojo_ops/kernels.mojo`` (``read_inputs``, ``rolling_prepare``).
 ``rolling_stream_mode`` picks the rolling path: input in ts order (one pass
-to check) streams — keyed count/sum/mean/min/max through key buckets in four
-phases, other keyed aggregates through per-key slots, unkeyed in place —
+to check) streams — keyed count/sum/mean/min/max in input order when a
+window's frames span few rows, else through key buckets in four phases;
+other keyed aggregates through per-key slots, unkeyed in place —
 with results written in input order; unsorted input (or count_distinct) is
 grouped by key first (prepare, parts, finish). Parts and phases release the
 GIL and run on two threads for large inputs. Kernel scratch comes from the
@@ -166,11 +167,17 @@ bucketed path, whose passes stay in cache, is faster (measured: 10 min windows o
 the 10 M-event benchmark 1.8x faster in order, 1 h about even)."""
 
 
-def _in_order_ring_rows(span: int, n: int, parts: int) -> int:
+def _in_order_span_limit(n: int, parts: int) -> int:
+    """The most rows a window's frames may span on the in-order keyed path: beyond
+    it they leave the caches or (several parts) the second part's warm-up is a large
+    share of its rows."""
+    return min(INORDER_MAX_SPAN, n // 4) if parts > 1 else INORDER_MAX_SPAN
+
+
+def _in_order_ring_rows(span: int, limit: int) -> int:
     """Ring rows (a power of two >= the window's span) of the in-order keyed path, or 0
-    when the window takes the bucketed path: its frames span too many rows for the
-    caches, or (several parts) the second part's warm-up would be a large share."""
-    if span > INORDER_MAX_SPAN or (parts > 1 and span > n // 4):
+    when the span exceeds `limit` and the window takes the bucketed path."""
+    if span > limit:
         return 0
     return 1 << max(span - 1, 1).bit_length()
 
@@ -292,7 +299,8 @@ class NativeBackend:
         bucketed = []
         scratch: list[pa.Buffer] = []
         for w in range(nwin):
-            ring = _in_order_ring_rows(self._call("rolling_inorder_span", desc, w), s.n, parts)
+            limit = _in_order_span_limit(s.n, parts)
+            ring = _in_order_ring_rows(self._call("rolling_inorder_span", desc, w, limit), limit)
             if ring == 0:
                 bucketed.append(w)
                 continue
