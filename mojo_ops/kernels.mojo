@@ -2222,34 +2222,42 @@ def rolling_bucketed_part(
 # i + run - g(g(i)) rows (power of two) never hands out a record still needed.
 # A part [r0, r1) warms up from g(r0) and emits from r0 on.
 
+comptime SPAN_BLOCK = 1024  # rows per block of `inorder_span`'s bound
 comptime IREC = 8  # int32 words per ring record: value (2), next, min prev, min next,
 # max prev, max next, -
 comptime ISTATE = 16  # int32 words per key: lo, tail, count, min head, max head, -,
 # then float64 words 3..6: sum, sum compensation, min, max
 
 
+def gallop(ts: I64P, a: Int, b: Int, t: Int) -> Int:
+    """`first_at_or_after` for an answer expected near a: exponential steps from a."""
+    var step = 1
+    while a + step < b and Int(ts[unsafe_offset=a + step - 1]) < t:
+        step *= 2
+    return first_at_or_after(ts, a + step // 2, min(a + step, b), t)
+
+
 def inorder_span(ts: I64P, n: Int, width: Int, hop: Int, limit: Int) -> Int:
-    """The most ring rows a pass needs: max over runs [p, e) of e - g(g(p)); the
-    scan stops early with a value > `limit` once the span exceeds it."""
-    var a = 0
-    var b = 0
+    """An upper bound of the ring rows a pass needs, max over runs [p, e) of
+    e - g(g(p)), exceeding the exact value by less than SPAN_BLOCK rows: per block
+    of SPAN_BLOCK rows starting at a, the block's last run end minus g(g(a)) (g
+    is monotone), by binary search. Stops early with a value > `limit` once the
+    bound exceeds it."""
     var span = 0
-    var p = 0
-    while p < n:
-        var t = ts[unsafe_offset=p]
-        var e = p + 1
-        while e < n and ts[unsafe_offset=e] == t:
+    var a = 0
+    var ga = 0
+    var gga = 0
+    while a < n:
+        var z = min(n, a + SPAN_BLOCK) - 1
+        var e = z + 1
+        while e < n and ts[unsafe_offset=e] == ts[unsafe_offset=z]:
             e += 1
-        var lower = Int64(frame_lower(Int(t), width, hop))
-        while ts[unsafe_offset=a] < lower:
-            a += 1
-        var lower2 = Int64(frame_lower(Int(ts[unsafe_offset=a]), width, hop))
-        while ts[unsafe_offset=b] < lower2:
-            b += 1
-        span = max(span, e - b)
+        ga = gallop(ts, ga, a + 1, frame_lower(Int(ts[unsafe_offset=a]), width, hop))
+        gga = gallop(ts, gga, ga + 1, frame_lower(Int(ts[unsafe_offset=ga]), width, hop))
+        span = max(span, e - gga)
         if span > limit:
             return span
-        p = e
+        a += SPAN_BLOCK
     return span
 
 
