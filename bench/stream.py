@@ -121,8 +121,8 @@ def job_run(system: str, topic_events: int, batches: list[dict[str, Any]]) -> St
     start = min(b["end_s"] - b["duration_s"] for b in busy)
     end = max(b["end_s"] for b in busy)
     keep = ("view", "batch_id", "records", "events", "state_rows", "entities_written", "duration_s",
-            "freshness_p50_s", "freshness_p99_s")  # fmt: skip
-    return StreamRun(system, topic_events, end - start, [{k: b[k] for k in keep} for b in busy])
+            "freshness_p50_s", "freshness_p99_s", "phases_s")  # fmt: skip
+    return StreamRun(system, topic_events, end - start, [{k: b.get(k) for k in keep} for b in busy])
 
 
 def run_job(repo: Path, bootstrap: str, checkpoint: Path, events: int, system: str,

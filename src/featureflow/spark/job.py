@@ -17,7 +17,7 @@ from featureflow.errors import FeatureflowError, SchemaMismatchError
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-    from featureflow.spark.pipeline import MicroBatchProcessor
+    from featureflow.spark.pipeline import TopicBatchProcessor
 
 log = logging.getLogger("featureflow.job")
 
@@ -117,7 +117,7 @@ def run_command(
 def _run(args: argparse.Namespace) -> int:
     from featureflow import ops
     from featureflow.repo import load_store, stream_view_specs
-    from featureflow.spark.pipeline import StreamOptions, start_view_query
+    from featureflow.spark.pipeline import StreamOptions, start_topic_query, topic_groups
     from featureflow.spark.session import build_session
 
     repo_path = str(Path(args.repo).resolve())
@@ -153,17 +153,11 @@ def _run(args: argparse.Namespace) -> int:
         exporter = PrometheusExporter(args.metrics_port)
         log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
     spark = build_session("featureflow-realtime", master=args.master)
-    topics_with_owner: set[str] = set()
-    running = []
-    for spec in specs:
-        # Views of one topic all see its bad records; the first one dead-letters them.
-        owns = spec.topic not in topics_with_owner
-        topics_with_owner.add(spec.topic)
-        running.append(
-            start_view_query(
-                spark, spec, repo_path, options, feature_schemas.get(spec.name), exporter, owns
-            )
-        )
+    # One query per topic: its views share the Kafka read and the parse.
+    running = [
+        start_topic_query(spark, group, repo_path, options, feature_schemas, exporter)
+        for group in topic_groups(specs)
+    ]
     stop = shutdown_on_sigterm()
     log.info("driver pid %d: SIGTERM stops the queries at a micro-batch boundary", os.getpid())
     try:
@@ -176,12 +170,13 @@ def _run(args: argparse.Namespace) -> int:
         for query, _processor in running:
             query.stop()
     for query, processor in running:
-        counters = processor.counters
-        log.info(
-            "query %s done: %d batches, %d events, %d skipped %s, %d entity rows written",
-            query.name, counters.batches, counters.events, counters.bad_records,
-            counters.bad_by_reason or "", counters.entities_written,
-        )  # fmt: skip
+        for view in processor.views:
+            counters = view.counters
+            log.info(
+                "view %s done: %d batches, %d events, %d skipped %s, %d entity rows written",
+                view.spec.name, counters.batches, counters.events, counters.bad_records,
+                counters.bad_by_reason or "", counters.entities_written,
+            )  # fmt: skip
         if query.exception() is not None:
             log.error("query %s failed: %s", query.name, query.exception())
             return 1
@@ -200,7 +195,7 @@ def shutdown_on_sigterm() -> threading.Event:
     return stop
 
 
-def stop_at_batch_boundary(running: list[tuple[StreamingQuery, MicroBatchProcessor]]) -> None:
+def stop_at_batch_boundary(running: list[tuple[StreamingQuery, TopicBatchProcessor]]) -> None:
     """Stop every query between two micro-batches: each finishes its running batch first.
 
     Exactly-once does not depend on this (a batch interrupted anyway is re-run

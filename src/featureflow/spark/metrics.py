@@ -52,6 +52,9 @@ class BatchReport:
     duration_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """Where the time went: the driver's Spark jobs (wall s) and the executors' phases
+    (seconds summed over partitions, which run in parallel)."""
 
     @property
     def events_per_s(self) -> float:
@@ -61,6 +64,7 @@ class BatchReport:
         record: dict[str, Any] = asdict(self)
         record["events_per_s"] = round(self.events_per_s, 1)
         record["duration_s"] = round(self.duration_s, 3)
+        record["phases_s"] = {name: round(s, 3) for name, s in self.phases_s.items()}
         return json.dumps(record, sort_keys=True)
 
 

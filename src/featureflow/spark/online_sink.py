@@ -35,8 +35,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STATS_SCHEMA = "rows long, entities long, state_rows long, backend string, freshness array<long>"
+STATS_SCHEMA = (
+    "rows long, entities long, state_rows long, backend string, freshness array<long>, "
+    "seconds array<double>"
+)
 """Spark DDL of what each partition reports back to the driver."""
+EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
+"""The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase."""
 
 _stores: dict[str, FeatureStore] = {}
 
@@ -137,6 +142,19 @@ def session_outputs(
     return rows, history, kept
 
 
+class _PhaseClock:
+    """Wall seconds per phase of a partition's work (:data:`EXECUTOR_PHASES`)."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(EXECUTOR_PHASES, 0.0)
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._last
+        self._last = now
+
+
 @dataclass(frozen=True)
 class OnlineFeatureWriter:
     """``mapInArrow`` function of batch ``batch_id``: one partition's features -> online store.
@@ -168,6 +186,7 @@ class OnlineFeatureWriter:
         context = TaskContext.get()
         assert context is not None, "runs inside a Spark task"
         partition = context.partitionId()
+        clock = _PhaseClock()
         prior = self.state.load_events(partition, before_batch=self.batch_id)
         if not received and prior is None:
             return
@@ -176,7 +195,9 @@ class OnlineFeatureWriter:
         events = pa.concat_tables([parts[0], *(t.cast(parts[0].schema) for t in parts[1:])])
         new_rows = 0 if new_events is None else new_events.num_rows
         outputs = session_outputs if self.spec.is_session_view else rolling_outputs
+        clock.lap("state_load")
         rows, history, kept = outputs(events, new_rows, self.spec, self.watermark_ns)
+        clock.lap("compute")
         if not new_rows and not history.num_rows:
             return  # no session closed: the newest state version stays valid
         if self.feature_schema is not None:
@@ -186,11 +207,14 @@ class OnlineFeatureWriter:
             check_batch(history.schema, self.feature_schema)
         if rows.num_rows:
             write_online(_store(str(Path(self.repo_path))), self.spec, rows)
+        clock.lap("online_write")
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
         freshness = freshness_histogram(new_ns, time.time_ns())
         if history.num_rows:
             self.offline.write(self.batch_id, partition, history)
+        clock.lap("offline_write")
         self.state.save_events(partition, self.batch_id, kept)
+        clock.lap("state_save")
         yield pa.RecordBatch.from_pydict(
             {
                 "rows": [new_rows],
@@ -198,5 +222,6 @@ class OnlineFeatureWriter:
                 "state_rows": [kept.num_rows],
                 "backend": [ops.backend()],
                 "freshness": [freshness],
+                "seconds": [[clock.seconds[phase] for phase in EXECUTOR_PHASES]],
             }
         )

@@ -1,7 +1,8 @@
 """The streaming pipeline: Kafka -> parse -> per-entity window features -> Feast online store.
 
-One Structured Streaming query per stream view. Each micro-batch
-(``foreachBatch``) is parsed in Spark SQL; unusable records are counted and
+One Structured Streaming query per topic: the views reading it share the
+Kafka read and the parse, and each micro-batch (``foreachBatch``) is parsed
+once in Spark SQL, cached, and handed to every view; unusable records are counted and
 logged with their Kafka coordinates and reason; good events are hash
 partitioned by entity and handed, as Arrow batches, to
 :class:`~featureflow.spark.online_sink.OnlineFeatureWriter` on the executors.
@@ -30,7 +31,7 @@ from featureflow.repo import StreamViewSpec
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
 from featureflow.spark.offline_sink import OfflineFeatureLog
-from featureflow.spark.online_sink import STATS_SCHEMA, OnlineFeatureWriter
+from featureflow.spark.online_sink import EXECUTOR_PHASES, STATS_SCHEMA, OnlineFeatureWriter
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
 from featureflow.spark.state import StateStore
 
@@ -78,7 +79,7 @@ class BatchCounters:
 
 @dataclass
 class MicroBatchProcessor:
-    """``foreachBatch`` function of one stream view's query."""
+    """One stream view's work in each micro-batch of its topic's query."""
 
     spec: StreamViewSpec
     repo_path: str
@@ -89,83 +90,75 @@ class MicroBatchProcessor:
     counters: BatchCounters = field(default_factory=BatchCounters)
     exporter: PrometheusExporter | None = None
     owns_dead_letters: bool = True
-    """Whether this view's query logs and dead-letters the topic's bad records: views
-    reading the same topic all count them, but only one writes them (no duplicates)."""
-    idle: threading.Event = field(default_factory=threading.Event)
-    """Set between micro-batches: where a clean shutdown may stop the query."""
-    last_batch_id: int | None = None
+    """Whether this view logs and dead-letters the topic's bad records: views reading
+    the same topic all count them, but only one writes them (no duplicates)."""
 
-    def __post_init__(self) -> None:
-        self.idle.set()
+    def late_before_ns(self, batch_id: int) -> int | None:
+        """Events of micro-batch ``batch_id`` older than this (epoch ns) are late (None: none)."""
+        seen_max_ns = self.state.load_max_event_ns(before_batch=batch_id)
+        if seen_max_ns is None or self.spec.watermark_ns <= 0:
+            return None
+        return seen_max_ns - self.spec.watermark_ns
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self.idle.clear()
-        try:
-            self._process(batch, batch_id)
-            self.last_batch_id = batch_id
-        finally:
-            self.idle.set()
-
-    def _process(self, batch: DataFrame, batch_id: int) -> None:
+    def process(self, batch: DataFrame, batch_id: int) -> None:
+        """Micro-batch ``batch_id`` of this view, from the topic's parsed (and cached) batch."""
         from pyspark.sql import functions as F
 
         started = time.monotonic()
         seen_max_ns = self.state.load_max_event_ns(before_batch=batch_id)
-        if seen_max_ns is not None and self.spec.watermark_ns > 0:
-            batch = mark_late(batch, seen_max_ns - self.spec.watermark_ns, self.spec)
-        batch = batch.persist()
-        try:
-            # One pass over the batch for every count the report needs: rows per
-            # reason (null: usable) and the latest usable event time.
-            summary = (
-                batch.groupBy(ERROR_REASON)
-                .agg(F.count(F.lit(1)).alias("rows"), F.max(EVENT_NS).alias("max_ns"))
-                .collect()
+        late_before_ns = self.late_before_ns(batch_id)
+        if late_before_ns is not None:
+            batch = mark_late(batch, late_before_ns, self.spec)
+        phases: dict[str, float] = {}
+        lap = time.monotonic()
+        # One pass over the batch for every count the report needs: rows per
+        # reason (null: usable) and the latest usable event time.
+        summary = (
+            batch.groupBy(ERROR_REASON)
+            .agg(F.count(F.lit(1)).alias("rows"), F.max(EVENT_NS).alias("max_ns"))
+            .collect()
+        )
+        records = sum(row["rows"] for row in summary)
+        bad_by_reason = {
+            row[ERROR_REASON]: row["rows"] for row in summary if row[ERROR_REASON] is not None
+        }
+        batch_max_ns = next((row["max_ns"] for row in summary if row[ERROR_REASON] is None), None)
+        phases["summary"], lap = time.monotonic() - lap, time.monotonic()
+        if bad_by_reason and self.owns_dead_letters:
+            bad = batch.filter(F.col(ERROR_REASON).isNotNull())
+            self._log_bad_records(bad)
+            write_dead_letters(
+                bad,
+                self.options.bootstrap or self.spec.bootstrap_servers,
+                self.options.dead_letter_topic or dead_letter_topic(self.spec.topic),
+                self.options.kafka_options,
             )
-            records = sum(row["rows"] for row in summary)
-            bad_by_reason = {
-                row[ERROR_REASON]: row["rows"] for row in summary if row[ERROR_REASON] is not None
-            }
-            batch_max_ns = next(
-                (row["max_ns"] for row in summary if row[ERROR_REASON] is None), None
-            )
-            if bad_by_reason and self.owns_dead_letters:
-                bad = batch.filter(F.col(ERROR_REASON).isNotNull())
-                self._log_bad_records(bad)
-                write_dead_letters(
-                    bad,
-                    self.options.bootstrap or self.spec.bootstrap_servers,
-                    self.options.dead_letter_topic or dead_letter_topic(self.spec.topic),
-                    self.options.kafka_options,
-                )
-            good = batch.filter(F.col(ERROR_REASON).isNull()).select(
-                self.spec.join_key, EVENT_NS, *self.spec.value_columns
-            )
-            if batch_max_ns is not None:
-                seen_max_ns = max(batch_max_ns, seen_max_ns or batch_max_ns)
-            # What the next batch accepts: older events are dead letters (late).
-            next_watermark_ns = (
-                seen_max_ns - self.spec.watermark_ns if seen_max_ns is not None else 0
-            )
-            writer = OnlineFeatureWriter(
-                self.spec,
-                self.repo_path,
-                batch_id,
-                self.state,
-                next_watermark_ns,
-                OfflineFeatureLog(
-                    self.options.offline_path or f"{self.repo_path}/data/offline", self.spec.name
-                ),
-                self.feature_schema,
-            )
-            stats = (
-                good.repartition(self.partitions, self.spec.join_key)
-                .mapInArrow(writer, STATS_SCHEMA)
-                .collect()
-            )
-            self.state.save_max_event_ns(batch_id, seen_max_ns)
-        finally:
-            batch.unpersist()
+            phases["dead_letters"], lap = time.monotonic() - lap, time.monotonic()
+        good = batch.filter(F.col(ERROR_REASON).isNull()).select(
+            self.spec.join_key, EVENT_NS, *self.spec.value_columns
+        )
+        if batch_max_ns is not None:
+            seen_max_ns = max(batch_max_ns, seen_max_ns or batch_max_ns)
+        # What the next batch accepts: older events are dead letters (late).
+        next_watermark_ns = seen_max_ns - self.spec.watermark_ns if seen_max_ns is not None else 0
+        writer = OnlineFeatureWriter(
+            self.spec,
+            self.repo_path,
+            batch_id,
+            self.state,
+            next_watermark_ns,
+            OfflineFeatureLog(
+                self.options.offline_path or f"{self.repo_path}/data/offline", self.spec.name
+            ),
+            self.feature_schema,
+        )
+        stats = (
+            good.repartition(self.partitions, self.spec.join_key)
+            .mapInArrow(writer, STATS_SCHEMA)
+            .collect()
+        )
+        phases["features"] = time.monotonic() - lap
+        self.state.save_max_event_ns(batch_id, seen_max_ns)
         report = BatchReport(
             view=self.spec.name,
             batch_id=batch_id,
@@ -175,6 +168,13 @@ class MicroBatchProcessor:
             entities_written=sum(row["entities"] for row in stats),
             state_rows=sum(row["state_rows"] for row in stats),
             duration_s=time.monotonic() - started,
+            phases_s={
+                **phases,
+                **{
+                    f"executors_{phase}": sum(row["seconds"][at] for row in stats)
+                    for at, phase in enumerate(EXECUTOR_PHASES)
+                },
+            },
         )
         if stats:
             merged = np.sum([row["freshness"] for row in stats], axis=0)
@@ -245,29 +245,113 @@ def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions
     return reader.load()
 
 
-def start_view_query(
+@dataclass
+class TopicBatchProcessor:
+    """``foreachBatch`` function of one topic's query: parsed once, then each view in turn.
+
+    The views of a topic share its Kafka read and parse (the costliest part of
+    a micro-batch): the parsed batch is cached and every view runs on it.
+    """
+
+    views: list[MicroBatchProcessor]
+    idle: threading.Event = field(default_factory=threading.Event)
+    """Set between micro-batches: where a clean shutdown may stop the query."""
+    last_batch_id: int | None = None
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        self.idle.clear()
+        try:
+            cached = _without_unneeded_bytes(batch, self.views, batch_id).persist()
+            try:
+                for view in self.views:
+                    view.process(cached, batch_id)
+            finally:
+                cached.unpersist()
+            self.last_batch_id = batch_id
+        finally:
+            self.idle.set()
+
+
+def _without_unneeded_bytes(
+    batch: DataFrame, views: list[MicroBatchProcessor], batch_id: int
+) -> DataFrame:
+    """The parsed batch with the raw key and value bytes only where a dead letter needs them.
+
+    Bad records and events some view may find late keep their bytes; the
+    others drop them, which makes the cached batch several times smaller.
+    """
+    from pyspark.sql import functions as F
+
+    may_be_dead = F.col(ERROR_REASON).isNotNull()
+    thresholds = [t for t in (view.late_before_ns(batch_id) for view in views) if t is not None]
+    if thresholds:
+        may_be_dead = may_be_dead | (F.col(EVENT_NS) < F.lit(max(thresholds)))
+    return batch.select(
+        *(
+            F.when(may_be_dead, F.col(name)).alias(name) if name in ("key", "value") else name
+            for name in batch.columns
+        )
+    )
+
+
+def topic_groups(specs: list[StreamViewSpec]) -> list[list[StreamViewSpec]]:
+    """The views grouped by what their records are parsed with (one query per group).
+
+    Views share a query when they read the same topic of the same servers with
+    the same message schema, entity key and timestamp field.
+    """
+    groups: dict[tuple[object, ...], list[StreamViewSpec]] = {}
+    for spec in specs:
+        parsed_by = (
+            spec.topic, spec.bootstrap_servers, spec.json_schema, spec.avro_schema,
+            spec.join_key, spec.timestamp_field,
+        )  # fmt: skip
+        groups.setdefault(parsed_by, []).append(spec)
+    return list(groups.values())
+
+
+def start_topic_query(
     spark: SparkSession,
-    spec: StreamViewSpec,
+    specs: list[StreamViewSpec],
     repo_path: str,
     options: StreamOptions,
-    feature_schema: FeatureSchema | None = None,
+    feature_schemas: dict[str, FeatureSchema] | None = None,
     exporter: PrometheusExporter | None = None,
-    owns_dead_letters: bool = True,
-) -> tuple[StreamingQuery, MicroBatchProcessor]:
-    """Start the streaming query of one view; returns it with its batch processor (for counters)."""
+) -> tuple[StreamingQuery, TopicBatchProcessor]:
+    """Start the streaming query of views that read one topic alike (:func:`topic_groups`).
+
+    Checkpoints: the query's under ``<checkpoint>/<view>[+<view>...]``, each
+    view's window state under ``<checkpoint>/<view>/featureflow-state``.
+    """
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
-    checkpoint = f"{options.checkpoint.rstrip('/')}/{spec.name}"
-    state = StateStore(f"{checkpoint}/featureflow-state", partitions)
-    state.check_layout()
-    processor = MicroBatchProcessor(
-        spec, repo_path, partitions, options, state, feature_schema, exporter=exporter,
-        owns_dead_letters=owns_dead_letters,
-    )  # fmt: skip
+    root = options.checkpoint.rstrip("/")
+    views = []
+    for at, spec in enumerate(specs):
+        state = StateStore(f"{root}/{spec.name}/featureflow-state", partitions)
+        state.check_layout()
+        schema = (feature_schemas or {}).get(spec.name)
+        views.append(
+            MicroBatchProcessor(
+                spec,
+                repo_path,
+                partitions,
+                options,
+                state,
+                schema,
+                exporter=exporter,
+                owns_dead_letters=at == 0,
+            )
+        )
+    processor = TopicBatchProcessor(views)
+    name = "+".join(spec.name for spec in specs)
     writer = (
-        parse_events(read_kafka(spark, spec, options), spec)
-        .writeStream.queryName(f"featureflow_{spec.name}")
+        parse_events(read_kafka(spark, specs[0], options), specs[0])
+        .writeStream.queryName(f"featureflow_{name}")
         .foreachBatch(processor)
-        .option("checkpointLocation", checkpoint)
+        .option("checkpointLocation", f"{root}/{name}")
     )
     if options.available_now:
         writer = writer.trigger(availableNow=True)
