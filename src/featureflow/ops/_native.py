@@ -188,6 +188,16 @@ def _inorder_scratch_bytes(ngroups: int, ring: int) -> int:
     return 64 * ngroups + 32 * ring + 128
 
 
+_SESSIONS_GROUPED = {"std", "var", "count_distinct"}
+"""Session aggregates that only the grouping path computes."""
+
+
+def _sessions_in_order_scratch_bytes(n: int, ngroups: int) -> int:
+    """Scratch of keyed sessions over ts-ordered input with a fixed gap
+    (``sessions_in_order_scratch_bytes`` in kernels.mojo): 64 bytes a key, 1 a row."""
+    return 64 * ngroups + (n + 7) // 8 * 8 + 64 * 4
+
+
 def _sessions_scratch_bytes(n: int, ngroups: int) -> int:
     """Scratch for the sessions kernel (``sessions_scratch_bytes`` in kernels.mojo)."""
     return 8 * (2 * ngroups + 2) + 8 * 3 * n + (n + 7) // 8 * 8 + 64 * 8
@@ -368,7 +378,14 @@ class NativeBackend:
         columns: list[OutputColumn],
     ) -> int:
         gaps_addr = 0 if gaps is None else int(gaps.ctypes.data)
-        scratch = pa.allocate_buffer(_sessions_scratch_bytes(s.n, s.ngroups))
         words = [*_header(s), 0 if gaps is not None else gap, gaps_addr, len(aggs)]
-        words += bounds.words() + _column_words(columns) + [scratch.address, scratch.size]
-        return self._call("sessions", words)
+        words += bounds.words() + _column_words(columns)
+        in_order = s.codes is not None and gaps is None and not _SESSIONS_GROUPED & set(aggs)
+        sizes = [_sessions_in_order_scratch_bytes(s.n, s.ngroups)] if in_order else []
+        for size in [*sizes, _sessions_scratch_bytes(s.n, s.ngroups)]:
+            scratch = pa.allocate_buffer(size)
+            m = self._call("sessions", [*words, scratch.address, scratch.size])
+            if m >= 0:  # -1: input not in ts order, the grouping path needs more scratch
+                return m
+        msg = "internal: sessions kernel refused its scratch"
+        raise RuntimeError(msg)
