@@ -2790,53 +2790,36 @@ def flush_session(
     lev[unsafe_offset=j] = UInt8(min(count, 2))
 
 
-def sessions_count_part(inp: Inputs, gap: Int, st: I64P, k0: Int, k1: Int):
-    """Pass 1 for keys [k0, k1): each key's number of sessions in its word 0."""
+def sessions_in_order(
+    inp: Inputs, gap: Int, o: Outs, out_code: I32P, out_start: I64P, out_end: I64P,
+    st: I64P, lev: U8P,
+) -> Int:
+    """Keyed ts-ordered sessions (see the section comment); `st` holds 8 * SREC
+    bytes a key. Returns the number of sessions."""
     var n = inp.n
+    var g = inp.ngroups
     var ts = inp.ts
     var codes = I32P(unsafe_from_address=inp.codes)
-    var all_keys = k0 == 0 and k1 == inp.ngroups
-    for k in range(k0, k1):
+    var sf = f64p(Int(st))
+    for k in range(g):
         st[unsafe_offset=k * SREC] = 0
     for i in range(n):
         if i + PF < n:
             prefetch[PrefetchOptions().for_write()](st.unsafe_offset(Int(codes[unsafe_offset=i + PF]) * SREC))
-        var c = Int(codes[unsafe_offset=i])
-        if not all_keys and (c < k0 or c >= k1):
-            continue
-        var s = c * SREC
+        var s = Int(codes[unsafe_offset=i]) * SREC
         var t = ts[unsafe_offset=i]
         if st[unsafe_offset=s] == 0 or t > st[unsafe_offset=s + 1]:
             st[unsafe_offset=s] += 1
         st[unsafe_offset=s + 1] = t + Int64(gap)
-
-
-def sessions_slots(st: I64P, g: Int) -> Int:
-    """Between the passes: each key's first slot (as -1 - slot); returns the total."""
     var m = 0
     for k in range(g):
         var c = Int(st[unsafe_offset=k * SREC])
         st[unsafe_offset=k * SREC] = Int64(-1 - m)
         m += c
-    return m
-
-
-def sessions_aggregate_part(
-    inp: Inputs, gap: Int, o: Outs, out_code: I32P, out_start: I64P, out_end: I64P,
-    st: I64P, lev: U8P, k0: Int, k1: Int,
-):
-    """Pass 2 for keys [k0, k1): their sessions aggregated into their slots."""
-    var n = inp.n
-    var ts = inp.ts
-    var codes = I32P(unsafe_from_address=inp.codes)
-    var sf = f64p(Int(st))
-    var all_keys = k0 == 0 and k1 == inp.ngroups
     for i in range(n):
         if i + PF < n:
             prefetch[PrefetchOptions().for_write()](st.unsafe_offset(Int(codes[unsafe_offset=i + PF]) * SREC))
         var c = Int(codes[unsafe_offset=i])
-        if not all_keys and (c < k0 or c >= k1):
-            continue
         var s = c * SREC
         var t = ts[unsafe_offset=i]
         var j = Int(st[unsafe_offset=s])
@@ -2872,105 +2855,10 @@ def sessions_aggregate_part(
         Sliding.kadd(sm, sc, v)
         sf[unsafe_offset=s + 3] = sm
         sf[unsafe_offset=s + 4] = sc
-    for k in range(k0, k1):
+    for k in range(g):
         if st[unsafe_offset=k * SREC] >= 0:
             flush_session(st, k * SREC, o, out_end, lev)
-
-
-def sessions_finish(lev: U8P, m: Int, cols: List[Column]):
-    """Validity of the m sessions from their level bytes."""
-    for i in range(m, (m + 7) // 8 * 8):
-        lev[unsafe_offset=i] = 0
-    for ref c in cols:
-        if c.valid != 0:
-            pack_levels(lev, m, False, u8p(c.valid))
-
-
-@fieldwise_init
-struct SessionsCall(Movable):
-    """A sessions descriptor read for the in-order path (see `sessions`)."""
-
-    var gap: Int
-    var out_code: I32P
-    var out_start: I64P
-    var out_end: I64P
-    var cols: List[Column]
-    var st: I64P
-    var lev: U8P
-    var ok: Bool
-
-
-def sessions_in_order_call(d: I64P, inp: Inputs) raises -> SessionsCall:
-    """The in-order path's pieces; ok False when it does not apply (unkeyed,
-    per-row gaps, std/var/count_distinct, too little scratch, ts not in order)."""
-    var gap = Int(d[unsafe_offset=HEADER])
-    var gap_addr = Int(d[unsafe_offset=HEADER + 1])
-    var naggs = Int(d[unsafe_offset=HEADER + 2])
-    var cols = read_columns(d, HEADER + 6, naggs)
-    var scratch_addr = Int(d[unsafe_offset=HEADER + 6 + 4 * naggs])
-    var scratch_size = Int(d[unsafe_offset=HEADER + 7 + 4 * naggs])
-    var n = inp.n
-    var g = inp.ngroups
-    var ok = inp.codes != 0 and gap_addr == 0 and n > 0 and sessions_in_order_supported(cols)
-    ok = ok and scratch_size >= sessions_in_order_scratch_bytes(n, g)
-    if ok:
-        for i in range(1, n):
-            if inp.ts[unsafe_offset=i] < inp.ts[unsafe_offset=i - 1]:
-                ok = False
-                break
-    var st = i64p(scratch_addr)
-    var lev = u8p(scratch_addr)
-    if ok:
-        var bump = Bump(scratch_addr, scratch_size)
-        st = i64p(bump.take(8 * SREC * g))
-        lev = u8p(bump.take((n + 7) // 8 * 8))
-    return SessionsCall(
-        gap,
-        I32P(unsafe_from_address=Int(d[unsafe_offset=HEADER + 3])),
-        i64p(Int(d[unsafe_offset=HEADER + 4])),
-        i64p(Int(d[unsafe_offset=HEADER + 5])),
-        cols^,
-        st,
-        lev,
-        ok,
-    )
-
-
-def sessions_in_order_part(
-    desc: PythonObject, phase: PythonObject, part: PythonObject, parts: PythonObject,
-    total: PythonObject,
-) raises -> PythonObject:
-    """The in-order sessions path split over threads (GIL released), for a
-    `sessions` descriptor: phase 0 checks that it applies (1, else 0), 1 counts
-    the sessions of part `part`'s keys, 2 numbers the slots (returns the total),
-    3 aggregates part `part`'s keys, 4 writes the validity of `total` sessions."""
-    var d = i64p(Int(py=desc))
-    var inp = read_inputs(d)
-    var ph = Int(py=phase)
-    var p = Int(py=part)
-    var ps = Int(py=parts)
-    var m = Int(py=total)
-    var call = sessions_in_order_call(d, inp)
-    if ph == 0 or not call.ok:
-        return PythonObject(1 if call.ok else 0)
-    var g = inp.ngroups
-    var k0 = g * p // ps
-    var k1 = g * (p + 1) // ps
-    var o = outs_for(call.cols, 0, len(call.cols), Int(call.lev))
-    var result = 0
-    with GILReleased(Python()):
-        if ph == 1:
-            sessions_count_part(inp, call.gap, call.st, k0, k1)
-        elif ph == 2:
-            result = sessions_slots(call.st, g)
-        elif ph == 3:
-            sessions_aggregate_part(
-                inp, call.gap, o, call.out_code, call.out_start, call.out_end,
-                call.st, call.lev, k0, k1,
-            )
-        else:
-            sessions_finish(call.lev, m, call.cols)
-    return PythonObject(result)
+    return m
 
 
 def sessions_in_order_scratch_bytes(n: Int, ngroups: Int) -> Int:
@@ -3014,17 +2902,25 @@ def sessions(desc: PythonObject) raises -> PythonObject:
     var g = inp.ngroups if inp.codes != 0 else 1
     var scratch_addr = Int(d[unsafe_offset=HEADER + 6 + 4 * naggs])
     var scratch_size = Int(d[unsafe_offset=HEADER + 7 + 4 * naggs])
-    var call = sessions_in_order_call(d, inp)
-    if call.ok:
-        var o = outs_for(call.cols, 0, naggs, Int(call.lev))
-        sessions_count_part(inp, gap, call.st, 0, g)
-        var m = sessions_slots(call.st, g)
-        sessions_aggregate_part(
-            inp, gap, o, out_code, out_start, out_end, call.st, call.lev, 0, g
-        )
-        sessions_finish(call.lev, m, call.cols)
-        return PythonObject(m)
     var bump = Bump(scratch_addr, scratch_size)
+    var fits = scratch_size >= sessions_in_order_scratch_bytes(n, g)
+    if inp.codes != 0 and gap_addr == 0 and fits and sessions_in_order_supported(cols):
+        var in_order = True
+        for i in range(1, n):
+            if inp.ts[unsafe_offset=i] < inp.ts[unsafe_offset=i - 1]:
+                in_order = False
+                break
+        if in_order:
+            var st = i64p(bump.take(8 * SREC * g))
+            var lev = u8p(bump.take((n + 7) // 8 * 8))
+            var o = outs_for(cols, 0, naggs, Int(lev))
+            var m = sessions_in_order(inp, gap, o, out_code, out_start, out_end, st, lev)
+            for i in range(m, (m + 7) // 8 * 8):
+                lev[unsafe_offset=i] = 0
+            for ref c in cols:
+                if c.valid != 0:
+                    pack_levels(lev, m, False, u8p(c.valid))
+            return PythonObject(m)
     if scratch_size < sessions_scratch_bytes(n, g):
         return PythonObject(-1)  # the caller passes `sessions_scratch_bytes` and calls again
     var gr = group_rows(inp, bump, gap_addr != 0)
@@ -3182,9 +3078,6 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[rolling_inorder_part](
             "rolling_inorder_part", docstring="Rolling over ts-ordered keyed input, in input order."
-        )
-        m.def_function[sessions_in_order_part](
-            "sessions_in_order_part", docstring="Keyed ts-ordered sessions: one phase."
         )
         m.def_function[hopping]("hopping", docstring="Hopping windows; see kernels.mojo.")
         m.def_function[sessions]("sessions", docstring="Session windows; see kernels.mojo.")

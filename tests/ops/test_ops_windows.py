@@ -151,26 +151,3 @@ def test_sessions_over_ts_ordered_input_match_duckdb(
         assert _keys(table) == expected["k"].to_pylist()
     for agg in aggs:
         assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
-
-
-# The split is a property of the Mojo backend: run under it alone.
-@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
-@pytest.mark.parametrize("parts", [2, 3])
-def test_sessions_parts_on_threads_agree_with_one_thread(
-    backend: str, parts: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Large keyed ts-ordered sessions split their keys over threads."""
-    from featureflow.ops import _native
-
-    rng = np.random.default_rng(5)
-    n = 30_000
-    ts = np.sort(rng.integers(0, 10**7, n))
-    ts[1000:1200] = ts[1000]
-    raw = rng.normal(0, 1, n)
-    raw[rng.random(n) < 0.05] = np.nan
-    values = pa.array(raw, mask=rng.random(n) < 0.05)
-    keys = pa.array([f"k{x}" for x in rng.integers(0, 40, n)])
-    one = ops.sessions(ts, values, 10**5, IN_ORDER_AGGS, keys=keys)
-    monkeypatch.setattr(_native, "_parts", lambda rows: parts)
-    split = ops.sessions(ts, values, 10**5, IN_ORDER_AGGS, keys=keys)
-    assert split.equals(one)

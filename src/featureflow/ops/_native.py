@@ -382,21 +382,6 @@ class NativeBackend:
         words += bounds.words() + _column_words(columns)
         in_order = s.codes is not None and gaps is None and not _SESSIONS_GROUPED & set(aggs)
         sizes = [_sessions_in_order_scratch_bytes(s.n, s.ngroups)] if in_order else []
-        parts = _parts(s.n)
-        if in_order and parts > 1:
-            scratch = pa.allocate_buffer(sizes[0])
-            desc = np.array([*words, scratch.address, scratch.size], dtype=np.int64)
-            if self._call("sessions_in_order_part", desc, 0, 0, 1, 0):
-                self._on_threads(
-                    [("sessions_in_order_part", desc, 1, i, parts, 0) for i in range(parts)]
-                )
-                m = self._call("sessions_in_order_part", desc, 2, 0, 1, 0)
-                self._on_threads(
-                    [("sessions_in_order_part", desc, 3, i, parts, 0) for i in range(parts)]
-                )
-                self._call("sessions_in_order_part", desc, 4, 0, 1, m)
-                return m
-            sizes = []  # not in ts order
         for size in [*sizes, _sessions_scratch_bytes(s.n, s.ngroups)]:
             scratch = pa.allocate_buffer(size)
             m = self._call("sessions", [*words, scratch.address, scratch.size])
