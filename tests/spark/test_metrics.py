@@ -51,6 +51,15 @@ def test_report_json_line() -> None:
     assert line["batch_id"] == 3
 
 
+def test_report_json_line_says_where_the_time_went() -> None:
+    phases = {"summary": 1.23456, "executors_online_write": 0.5}
+    report = BatchReport("v", 0, records=1, events=1, duration_s=2.0, phases_s=phases)
+    assert json.loads(report.to_json())["phases_s"] == {
+        "summary": 1.235,
+        "executors_online_write": 0.5,
+    }
+
+
 def test_prometheus_endpoint_serves_the_batch() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
