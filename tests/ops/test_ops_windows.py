@@ -63,6 +63,20 @@ def test_hopping_matches_duckdb(data: Rows, size: int, step: int) -> None:
         assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
 
 
+def assert_sessions_match(
+    table: pa.Table, expected: pa.Table, aggs: list[str], *, keyed: bool
+) -> None:
+    """``ops.sessions`` output equals the DuckDB oracle's: bounds, keys and every agg."""
+    assert table.num_rows == expected.num_rows
+    assert _bounds(table, "session_start", "session_end") == list(
+        zip(expected["s"].to_pylist(), expected["e"].to_pylist(), strict=True)
+    )
+    if keyed:
+        assert _keys(table) == expected["k"].to_pylist()
+    for agg in aggs:
+        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+
+
 @settings(max_examples=40, deadline=None)
 @given(data=rows(), gap=st.sampled_from([1, 3, 50, 10**5]), dynamic=st.booleans())
 def test_sessions_match_duckdb(data: Rows, gap: int, dynamic: bool) -> None:
@@ -71,14 +85,7 @@ def test_sessions_match_duckdb(data: Rows, gap: int, dynamic: bool) -> None:
     arg = pa.array(gaps) if dynamic else gap
     table = ops.sessions(data.ts, data.values, arg, ALL, keys=data.keys)
     expected = oracle.sessions(data.ts, data.values, gaps, ALL, data.keys)
-    assert table.num_rows == expected.num_rows
-    assert _bounds(table, "session_start", "session_end") == list(
-        zip(expected["s"].to_pylist(), expected["e"].to_pylist(), strict=True)
-    )
-    if data.keys is not None:
-        assert _keys(table) == expected["k"].to_pylist()
-    for agg in ALL:
-        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+    assert_sessions_match(table, expected, ALL, keyed=data.keys is not None)
 
 
 @settings(max_examples=40, deadline=None)
@@ -91,14 +98,7 @@ def test_sessions_without_count_distinct_match_duckdb(data: Rows, gap: int, dyna
     arg = pa.array(gaps) if dynamic else gap
     table = ops.sessions(data.ts, data.values, arg, aggs, keys=data.keys)
     expected = oracle.sessions(data.ts, data.values, gaps, aggs, data.keys)
-    assert table.num_rows == expected.num_rows
-    assert _bounds(table, "session_start", "session_end") == list(
-        zip(expected["s"].to_pylist(), expected["e"].to_pylist(), strict=True)
-    )
-    if data.keys is not None:
-        assert _keys(table) == expected["k"].to_pylist()
-    for agg in aggs:
-        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+    assert_sessions_match(table, expected, aggs, keyed=data.keys is not None)
 
 
 def test_empty_inputs_have_the_schema() -> None:
@@ -143,11 +143,4 @@ def test_sessions_over_ts_ordered_input_match_duckdb(
             mp.setattr(_native, "_sessions_in_order_scratch_bytes", lambda rows, keys: 0)
         table = ops.sessions(data.ts, data.values, gap, aggs, keys=data.keys)
     expected = oracle.sessions(data.ts, data.values, np.full(n, gap), aggs, data.keys)
-    assert table.num_rows == expected.num_rows
-    assert _bounds(table, "session_start", "session_end") == list(
-        zip(expected["s"].to_pylist(), expected["e"].to_pylist(), strict=True)
-    )
-    if data.keys is not None:
-        assert _keys(table) == expected["k"].to_pylist()
-    for agg in aggs:
-        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+    assert_sessions_match(table, expected, aggs, keyed=data.keys is not None)
