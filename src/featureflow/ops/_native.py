@@ -308,8 +308,8 @@ class NativeBackend:
         parts = _parts(s.n)
         bucketed = []
         scratch: list[pa.Buffer] = []
+        limit = _in_order_span_limit(s.n, parts)
         for w in range(nwin):
-            limit = _in_order_span_limit(s.n, parts)
             ring = _in_order_ring_rows(self._call("rolling_inorder_span", desc, w, limit), limit)
             if ring == 0:
                 bucketed.append(w)

@@ -93,20 +93,24 @@ class MicroBatchProcessor:
     """Whether this view logs and dead-letters the topic's bad records: views reading
     the same topic all count them, but only one writes them (no duplicates)."""
 
-    def late_before_ns(self, batch_id: int) -> int | None:
-        """Events of micro-batch ``batch_id`` older than this (epoch ns) are late (None: none)."""
-        seen_max_ns = self.state.load_max_event_ns(before_batch=batch_id)
+    def late_before_ns(self, seen_max_ns: int | None) -> int | None:
+        """Events older than this (epoch ns) are late, given the largest event time seen
+        before the batch (None: no event is late)."""
         if seen_max_ns is None or self.spec.watermark_ns <= 0:
             return None
         return seen_max_ns - self.spec.watermark_ns
 
-    def process(self, batch: DataFrame, batch_id: int) -> None:
-        """Micro-batch ``batch_id`` of this view, from the topic's parsed (and cached) batch."""
+    def seen_max_ns(self, batch_id: int) -> int | None:
+        """The largest event time (ns) accepted before micro-batch ``batch_id``."""
+        return self.state.load_max_event_ns(before_batch=batch_id)
+
+    def process(self, batch: DataFrame, batch_id: int, seen_max_ns: int | None) -> None:
+        """Micro-batch ``batch_id`` of this view, from the topic's parsed (and cached) batch;
+        ``seen_max_ns``: :meth:`seen_max_ns` of the batch."""
         from pyspark.sql import functions as F
 
         started = time.monotonic()
-        seen_max_ns = self.state.load_max_event_ns(before_batch=batch_id)
-        late_before_ns = self.late_before_ns(batch_id)
+        late_before_ns = self.late_before_ns(seen_max_ns)
         if late_before_ns is not None:
             batch = mark_late(batch, late_before_ns, self.spec)
         phases: dict[str, float] = {}
@@ -264,10 +268,12 @@ class TopicBatchProcessor:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.idle.clear()
         try:
-            cached = _without_unneeded_bytes(batch, self.views, batch_id).persist()
+            seen = [view.seen_max_ns(batch_id) for view in self.views]
+            late = [view.late_before_ns(ns) for view, ns in zip(self.views, seen, strict=True)]
+            cached = _without_unneeded_bytes(batch, late).persist()
             try:
-                for view in self.views:
-                    view.process(cached, batch_id)
+                for view, seen_max_ns in zip(self.views, seen, strict=True):
+                    view.process(cached, batch_id, seen_max_ns)
             finally:
                 cached.unpersist()
             self.last_batch_id = batch_id
@@ -275,9 +281,7 @@ class TopicBatchProcessor:
             self.idle.set()
 
 
-def _without_unneeded_bytes(
-    batch: DataFrame, views: list[MicroBatchProcessor], batch_id: int
-) -> DataFrame:
+def _without_unneeded_bytes(batch: DataFrame, late_before_ns: list[int | None]) -> DataFrame:
     """The parsed batch with the raw key and value bytes only where a dead letter needs them.
 
     Bad records and events some view may find late keep their bytes; the
@@ -286,7 +290,7 @@ def _without_unneeded_bytes(
     from pyspark.sql import functions as F
 
     may_be_dead = F.col(ERROR_REASON).isNotNull()
-    thresholds = [t for t in (view.late_before_ns(batch_id) for view in views) if t is not None]
+    thresholds = [t for t in late_before_ns if t is not None]
     if thresholds:
         may_be_dead = may_be_dead | (F.col(EVENT_NS) < F.lit(max(thresholds)))
     return batch.select(
