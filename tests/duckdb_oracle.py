@@ -52,26 +52,52 @@ def events_table(events: sample.SampleEvents) -> pa.Table:
     return pa.table({"user_id": events.user_id, "event_ns": events.event_ns, "amount": amount})
 
 
-def per_event_features(events: pa.Table) -> pa.Table:
-    """Every feature for every event, in input order."""
+def _frame_start(t: str, window_s: int, hop_s: int | None) -> str:
+    """SQL of the frame start of an event at ``t`` (ns): ``t - W``, or the sawtooth
+    ``floor((t - W) / hop) * hop`` of a tiled view."""
+    start = f"({t} - {window_s * 10**9})"
+    # Event times are positive, so integer division (truncating) is the floor.
+    return start if hop_s is None else f"(({start} // {hop_s * 10**9}) * {hop_s * 10**9})"
+
+
+def per_event_features(events: pa.Table, hop_s: int | None = None) -> pa.Table:
+    """Every feature for every event, in input order (``hop_s``: tiled frames)."""
+    con = duckdb.connect()
+    con.register("events", events)
+    numbered = "(SELECT *, row_number() OVER () AS row_number FROM events)"
+    if hop_s is None:
+        selects = ", ".join(
+            f"{sql}(amount) OVER (PARTITION BY user_id ORDER BY event_ns "
+            f"RANGE BETWEEN {w * 10**9} PRECEDING AND CURRENT ROW) AS {fn}_amount_{w}s"
+            for w in WINDOWS_S
+            for fn, sql in SQL_AGGREGATES.items()
+        )
+        return con.sql(
+            f"SELECT row_number, {selects} FROM {numbered} ORDER BY row_number"
+        ).to_arrow_table()
+    # A sawtooth frame is no SQL window frame: join each event to its entity's events.
     selects = ", ".join(
-        f"{sql}(amount) OVER (PARTITION BY user_id ORDER BY event_ns "
-        f"RANGE BETWEEN {w * 10**9} PRECEDING AND CURRENT ROW) AS {fn}_amount_{w}s"
+        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= {_frame_start('i.event_ns', w, hop_s)}) "
+        f"AS {fn}_amount_{w}s"
         for w in WINDOWS_S
         for fn, sql in SQL_AGGREGATES.items()
     )
-    con = duckdb.connect()
-    con.register("events", events)
     return con.sql(
-        f"SELECT row_number, {selects} FROM "
-        "(SELECT *, row_number() OVER () AS row_number FROM events) ORDER BY row_number"
+        f"""
+        SELECT i.row_number, {selects}
+        FROM {numbered} i JOIN events e ON e.user_id = i.user_id AND e.event_ns <= i.event_ns
+        GROUP BY i.row_number ORDER BY i.row_number
+        """
     ).to_arrow_table()
 
 
-def latest_features(events: pa.Table) -> dict[int, dict[str, float | None]]:
-    """Per user: every feature as of the user's latest event."""
+def latest_features(
+    events: pa.Table, hop_s: int | None = None
+) -> dict[int, dict[str, float | None]]:
+    """Per user: every feature as of the user's latest event (``hop_s``: tiled frames)."""
     aggregates = ", ".join(
-        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= l.t - {w * 10**9}) AS {fn}_amount_{w}s"
+        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= {_frame_start('l.t', w, hop_s)}) "
+        f"AS {fn}_amount_{w}s"
         for w in WINDOWS_S
         for fn, sql in SQL_AGGREGATES.items()
     )

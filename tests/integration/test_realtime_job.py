@@ -83,9 +83,21 @@ def test_job_writes_online_features_equal_to_duckdb(
     assert_online_rolling_equal(feature_repo_copy, latest_features(events_table(events)))
 
 
+def _enable_tiling(repo: Path, hop_s: int) -> None:
+    """Make the repo copy's ``user_txn_stats`` a tiled view (Feast's enable_tiling)."""
+    definitions = repo / "features.py"
+    text = definitions.read_text()
+    anchor = "    aggregations=_TXN_AGGREGATIONS,\n"
+    assert text.count(anchor) == 1
+    tiling = f"    enable_tiling=True,\n    tiling_hop_size=timedelta(seconds={hop_s}),\n"
+    definitions.write_text(text.replace(anchor, anchor + tiling))
+
+
+@pytest.mark.parametrize("hop_s", [None, 300], ids=["plain", "tiled"])
 def test_windows_span_micro_batches_restarts_and_drop_late_events(
-    kafka_bootstrap: str, feature_repo_copy: Path, tmp_path: Path
+    kafka_bootstrap: str, feature_repo_copy: Path, tmp_path: Path, hop_s: int | None
 ) -> None:
+    """With ``hop_s`` the view is tiled: its state keeps tile partials, not old events."""
     # One partition, so micro-batches follow event time exactly (no cross-partition skew).
     topic = f"test-multi-{uuid.uuid4().hex[:10]}"
     kafka_broker.create_topic(kafka_bootstrap, topic, partitions=1)
@@ -93,6 +105,8 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
         3000, users=40, seed=5, end_ns=END_NS, span_s=4 * 3600, out_of_order_share=0.0
     )
     records = list(sample.to_json(on_time))
+    if hop_s is not None:
+        _enable_tiling(feature_repo_copy, hop_s)
     apply(feature_repo_copy, topic)
     checkpoint = tmp_path / "checkpoint"
 
@@ -133,18 +147,24 @@ def test_windows_span_micro_batches_restarts_and_drop_late_events(
     assert {headers["featureflow.reason"] for _, headers in letters} == {"later than the watermark"}
 
     # The restart continued the windows from the state: equal to one pass over all on-time events.
-    assert_online_rolling_equal(feature_repo_copy, latest_features(events_table(on_time)))
+    expected = latest_features(events_table(on_time), hop_s=hop_s)
+    assert_online_rolling_equal(feature_repo_copy, expected)
     # The offline history holds every on-time event once, with its features.
-    _assert_history_equals(feature_repo_copy, on_time)
+    _assert_history_equals(feature_repo_copy, on_time, hop_s)
+    tile_files = list(checkpoint.rglob("tiles/batch-*.arrow"))
+    assert bool(tile_files) == (hop_s is not None)
+    if hop_s is not None:  # old events left the raw state: fewer rows than a plain view keeps
+        last = batches[-1]
+        assert last["state_rows"] < sum(1 for t in on_time.event_ns if t >= END_NS - 86_400 * 10**9)
 
 
-def _assert_history_equals(repo: Path, events: sample.SampleEvents) -> None:
+def _assert_history_equals(repo: Path, events: sample.SampleEvents, hop_s: int | None) -> None:
     import numpy as np
 
     from featureflow.spark.offline_sink import read_history
 
     table = events_table(events)
-    oracle = per_event_features(table)
+    oracle = per_event_features(table, hop_s=hop_s)
     history = read_history(str(repo / "data" / "offline"), "user_txn_stats")
     assert history.num_rows == len(events)
     got_ns = history.column("event_timestamp").cast("int64").to_numpy() * 1000

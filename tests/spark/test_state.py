@@ -60,3 +60,19 @@ def test_uris_work_like_paths(tmp_path: Path) -> None:
     store = StateStore(f"file://{tmp_path}", partitions=1)
     store.save_events(0, 0, _events(7))
     assert StateStore(str(tmp_path), partitions=1).load_events(0, before_batch=1) == _events(7)
+
+
+def test_tiles_are_versioned_apart_from_the_events(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), partitions=1)
+    tiles = pa.table({"user_id": [1], "tile_start_ns": [300]})
+    store.save_tiles(0, 3, tiles)
+    store.save_events(0, 3, _events(5))
+    assert store.load_tiles(0, before_batch=4) == tiles
+    assert store.load_events(0, before_batch=4) == _events(5)  # not the tile file
+    assert store.load_tiles(0, before_batch=3) is None
+    for batch in (4, 5, 6):
+        store.save_tiles(0, batch, tiles)
+    assert sorted(p.name for p in tmp_path.rglob("tiles/batch-*")) == [
+        "batch-5.arrow",
+        "batch-6.arrow",
+    ]

@@ -29,7 +29,7 @@ from featureflow.repo import StreamViewSpec
 from featureflow.spark.online_sink import rolling_outputs, session_outputs
 
 DELAY_NS = 5 * 60 * 10**9
-TILED_SPEC = dataclasses.replace(EXAMPLE_SPEC, tile_hop_ns=5 * 60 * 10**9)
+TILED_SPEC = dataclasses.replace(EXAMPLE_SPEC, tile_hop_ns=5 * 60 * 10**9, watermark_ns=DELAY_NS)
 
 
 def _run_batches(
@@ -38,8 +38,7 @@ def _run_batches(
     """Feed ``events`` (arrival order) in batches cut at ``cuts``; returns
     (accepted events — a list per batch with ``per_batch`` —, concatenated offline
     history, online rows per batch)."""
-    outputs = session_outputs if spec.is_session_view else rolling_outputs
-    state = events.slice(0, 0)
+    state, tile_state = events.slice(0, 0), None
     seen_max: int | None = None
     accepted, history, online = [], [], []
     bounds = [0, *sorted(set(cuts)), events.num_rows]
@@ -51,13 +50,17 @@ def _run_batches(
             seen_max = max(seen_max or 0, pc.max(batch.column("event_ns")).as_py())
         accepted.append(batch)
         watermark = (seen_max or 0) - DELAY_NS
-        rows, batch_history, state = outputs(
-            pa.concat_tables([state, batch]), batch.num_rows, spec, watermark
-        )
+        pending = pa.concat_tables([state, batch])
+        if spec.is_session_view:
+            rows, batch_history, state = session_outputs(pending, batch.num_rows, spec, watermark)
+        else:
+            rows, batch_history, state, tile_state = rolling_outputs(
+                pending, batch.num_rows, spec, watermark, tile_state
+            )
         history.append(batch_history)
         online.append(rows)
     if spec.is_session_view:  # end of stream: the watermark passes every session
-        _, batch_history, state = outputs(state, 0, spec, np.iinfo(np.int64).max // 2)
+        _, batch_history, state = session_outputs(state, 0, spec, np.iinfo(np.int64).max // 2)
         history.append(batch_history)
         assert state.num_rows == 0
     return (
@@ -140,3 +143,63 @@ def test_late_events_are_dropped_before_they_reach_the_state() -> None:
     accepted, history, _ = _run_batches(events, [1, 2], EXAMPLE_SPEC)
     assert accepted.column("amount").to_pylist() == [1.0, 2.0]
     assert history.column("count_amount_86400s").to_pylist() == [1, 2]
+
+
+def test_tiled_state_is_bounded_by_window_over_hop_per_entity() -> None:
+    """Dense events over three days, 48 batches: the tiled state holds at most
+    W / hop (+1) tiles per entity plus the raw events of the open tiles, while a
+    plain view keeps every event of the last 24 h."""
+    users, hop = 4, TILED_SPEC.tile_hop_ns
+    assert hop is not None
+    events = events_table(
+        sample.generate(
+            20_000, users=users, seed=7, end_ns=END_NS, span_s=3 * 86_400, out_of_order_share=0
+        )
+    )
+    events = events.take(pc.sort_indices(events, [("event_ns", "ascending")]))
+    state, tile_state, seen_max = events.slice(0, 0), None, 0
+    step = events.num_rows // 48
+    for lo in range(0, events.num_rows, step):
+        batch = events.slice(lo, step)
+        seen_max = max(seen_max, pc.max(batch.column("event_ns")).as_py())
+        watermark = seen_max - DELAY_NS
+        _, _, state, tile_state = rolling_outputs(
+            pa.concat_tables([state, batch]), batch.num_rows, TILED_SPEC, watermark, tile_state
+        )
+        assert tile_state is not None
+        per_entity = -(-max(TILED_SPEC.windows_ns) // hop) + 1
+        assert tile_state.num_rows <= users * per_entity
+        bound = (watermark // hop) * hop
+        assert pc.min(state.column("event_ns")).as_py() >= bound
+        arrived = events.slice(0, lo + step).column("event_ns")
+        assert state.num_rows == pc.sum(pc.greater_equal(arrived, bound)).as_py()
+    day = pc.sum(pc.greater_equal(events.column("event_ns"), seen_max - 86_400 * 10**9)).as_py()
+    assert state.num_rows + tile_state.num_rows < day / 5
+
+
+def test_tiles_merge_std_without_cancellation_near_1e9() -> None:
+    """Values near 1e9 with a spread of 1e-3 across many tiles: the merged std equals
+    the one-pass kernel's (no sum-of-squares cancellation in the tile moments)."""
+    rng = np.random.default_rng(3)
+    n = 2_000
+    event_ns = np.sort(rng.integers(END_NS - 86_400 * 10**9, END_NS, n))
+    events = pa.table(
+        {
+            "user_id": rng.integers(1, 3, n),
+            "event_ns": event_ns,
+            "amount": 1e9 + rng.uniform(0, 1e-3, n),
+        }
+    )
+    cut = n // 2
+    watermark = int(event_ns[cut])
+    _, _, state, tile_state = rolling_outputs(events.slice(0, cut), cut, TILED_SPEC, watermark)
+    assert tile_state is not None and tile_state.num_rows > 0
+    _, history, _, _ = rolling_outputs(
+        pa.concat_tables([state, events.slice(cut)]), n - cut, TILED_SPEC, watermark, tile_state
+    )
+    expected = features.event_features(events, TILED_SPEC).slice(cut)
+    for name in ("std_amount_86400s", "mean_amount_86400s", "std_amount_3600s"):
+        np.testing.assert_allclose(
+            history.column(name).to_numpy(), expected.column(name).to_numpy(), rtol=1e-6,
+            err_msg=name,
+        )  # fmt: skip

@@ -48,7 +48,7 @@ class BatchReport:
     events: int  # events accepted and computed
     dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
     entities_written: int = 0
-    state_rows: int = 0  # events kept as window state by the partitions the batch touched
+    state_rows: int = 0  # events (and tiles) kept as window state by the partitions it touched
     duration_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
@@ -97,7 +97,7 @@ class PrometheusExporter:
             registry=self.registry,
         )  # fmt: skip
         self.state = Gauge(
-            "featureflow_state_rows", "events kept as window state (touched partitions)",
+            "featureflow_state_rows", "events and tiles kept as window state (touched partitions)",
             ["view"], registry=self.registry,
         )  # fmt: skip
         self.freshness = Gauge(

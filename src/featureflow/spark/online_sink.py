@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow import features, ops
+from featureflow import features, ops, tiles
 from featureflow.repo import SESSION_START, StreamViewSpec
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
@@ -91,26 +91,39 @@ def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> N
 
 
 def rolling_outputs(
-    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int
-) -> tuple[pa.Table, pa.Table, pa.Table]:
-    """Rolling (or tiled) view: (online rows, offline history, state to keep).
+    events: pa.Table,
+    new_rows: int,
+    spec: StreamViewSpec,
+    watermark_ns: int,
+    tile_state: pa.Table | None = None,
+) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table | None]:
+    """Rolling (or tiled) view: (online rows, offline history, events to keep, tiles to keep).
 
     ``events`` are the partition's state followed by its ``new_rows`` new events.
     Online: the touched entities as of their latest event; offline: every new
-    event's features; state: the events a frame of a future on-time event (time
-    >= ``watermark_ns``) can reach, i.e. those at or after ``watermark - W`` (a
-    tiled frame starts at ``floor((t - W) / hop) * hop``, so that bound is floored
-    to a whole hop).
+    event's features. State: what a frame of a future on-time event (time >=
+    ``watermark_ns``) can reach. A plain view keeps the events at or after
+    ``watermark - W`` and no tiles (None). A tiled view whose aggregates merge
+    (:func:`featureflow.tiles.compactable`) keeps per-entity tile partials of the
+    events before the compaction bound and the raw events after it, so its state
+    is bounded by W / hop tiles per entity; ``tile_state`` is its earlier tiles.
     """
-    per_event = features.event_features(events, spec)
     new_events = events.slice(events.num_rows - new_rows)
+    if tiles.compactable(spec):
+        key_type = events.schema.field(spec.join_key).type
+        earlier = tile_state if tile_state is not None else tiles.empty_tiles(spec, key_type)
+        per_event = tiles.event_features(events, earlier, spec)
+        kept, kept_tiles = tiles.compact(events, earlier, spec, watermark_ns)
+    else:
+        per_event = features.event_features(events, spec)
+        keep_from_ns = watermark_ns - max(spec.windows_ns)
+        if spec.tile_hop_ns:  # a tiled frame starts at floor((t - W) / hop) * hop
+            keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
+        kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
+        kept_tiles = None
     rows = online_rows(per_event, spec, entities=new_events.column(spec.join_key))
     history = with_event_timestamp(per_event.slice(events.num_rows - new_rows), spec)
-    keep_from_ns = watermark_ns - max(spec.windows_ns)
-    if spec.tile_hop_ns:
-        keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
-    kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
-    return rows, history, kept
+    return rows, history, kept, kept_tiles
 
 
 def session_outputs(
@@ -190,13 +203,23 @@ class OnlineFeatureWriter:
         prior = self.state.load_events(partition, before_batch=self.batch_id)
         if not received and prior is None:
             return
+        prior_tiles = (
+            self.state.load_tiles(partition, before_batch=self.batch_id)
+            if tiles.compactable(self.spec)
+            else None
+        )
         new_events = pa.Table.from_batches(received) if received else None
         parts = [table for table in (prior, new_events) if table is not None]
         events = pa.concat_tables([parts[0], *(t.cast(parts[0].schema) for t in parts[1:])])
         new_rows = 0 if new_events is None else new_events.num_rows
-        outputs = session_outputs if self.spec.is_session_view else rolling_outputs
         clock.lap("state_load")
-        rows, history, kept = outputs(events, new_rows, self.spec, self.watermark_ns)
+        if self.spec.is_session_view:
+            rows, history, kept = session_outputs(events, new_rows, self.spec, self.watermark_ns)
+            kept_tiles = None
+        else:
+            rows, history, kept, kept_tiles = rolling_outputs(
+                events, new_rows, self.spec, self.watermark_ns, prior_tiles
+            )
         clock.lap("compute")
         if not new_rows and not history.num_rows:
             return  # no session closed: the newest state version stays valid
@@ -213,13 +236,15 @@ class OnlineFeatureWriter:
         if history.num_rows:
             self.offline.write(self.batch_id, partition, history)
         clock.lap("offline_write")
+        if kept_tiles is not None:  # before the events: a reader takes both of one version
+            self.state.save_tiles(partition, self.batch_id, kept_tiles)
         self.state.save_events(partition, self.batch_id, kept)
         clock.lap("state_save")
         yield pa.RecordBatch.from_pydict(
             {
                 "rows": [new_rows],
                 "entities": [rows.num_rows],
-                "state_rows": [kept.num_rows],
+                "state_rows": [kept.num_rows + (0 if kept_tiles is None else kept_tiles.num_rows)],
                 "backend": [ops.backend()],
                 "freshness": [freshness],
                 "seconds": [[clock.seconds[phase] for phase in EXECUTOR_PHASES]],

@@ -6,10 +6,12 @@ and a state round trip per key per batch — measured 25-50x slower here than
 handing a whole partition's Arrow batches to the kernels. So the job stays
 stateless in Spark's eyes (``repartition(key).mapInArrow``) and keeps its own
 state: per shuffle partition, the raw events each key may still need (those
-within the largest window of the watermark), as one Arrow IPC file per
-micro-batch::
+within the largest window of the watermark) and, for a tiled view, the
+per-entity tile partials of older events (:mod:`featureflow.tiles`), as Arrow
+IPC files per micro-batch::
 
-    <root>/partitions=<P>/part-<p>/batch-<id>.arrow   events after batch <id>
+    <root>/partitions=<P>/part-<p>/batch-<id>.arrow        events after batch <id>
+    <root>/partitions=<P>/part-<p>/tiles/batch-<id>.arrow  tiles after batch <id>
     <root>/watermark/batch-<id>.json                  max event time seen (ns)
 
 Exactly-once comes from the versioning: micro-batch ``b`` reads the newest
@@ -94,10 +96,29 @@ class StateStore:
 
     def load_events(self, partition: int, before_batch: int) -> pa.Table | None:
         """The partition's events as left by the newest batch before ``before_batch``."""
+        return self._load_table(self._partition_dir(partition), before_batch)
+
+    def save_events(self, partition: int, batch: int, events: pa.Table) -> None:
+        """Write the partition's events after ``batch`` (atomically), drop versions < batch - 1."""
+        self._save_table(self._partition_dir(partition), batch, events)
+
+    def load_tiles(self, partition: int, before_batch: int) -> pa.Table | None:
+        """The partition's tile partials (:mod:`featureflow.tiles`) as of ``before_batch``."""
+        return self._load_table(f"{self._partition_dir(partition)}/tiles", before_batch)
+
+    def save_tiles(self, partition: int, batch: int, tiles: pa.Table) -> None:
+        """Write the partition's tile partials after ``batch``, like :meth:`save_events`.
+
+        A batch writes its tiles before its events, and a re-run of the batch
+        rewrites both, so the newest versions before a batch always belong together.
+        """
+        self._save_table(f"{self._partition_dir(partition)}/tiles", batch, tiles)
+
+    def _load_table(self, directory: str, before_batch: int) -> pa.Table | None:
         filesystem, _ = self._paths()
         earlier = [
             (batch, path)
-            for batch, path in self._versions(self._partition_dir(partition), "arrow")
+            for batch, path in self._versions(directory, "arrow")
             if batch < before_batch
         ]
         if not earlier:
@@ -105,16 +126,14 @@ class StateStore:
         with filesystem.open_input_file(earlier[-1][1]) as source:
             return ipc.open_file(source).read_all()
 
-    def save_events(self, partition: int, batch: int, events: pa.Table) -> None:
-        """Write the partition's events after ``batch`` (atomically), drop versions < batch - 1."""
+    def _save_table(self, directory: str, batch: int, table: pa.Table) -> None:
         filesystem, _ = self._paths()
-        directory = self._partition_dir(partition)
         filesystem.create_dir(directory, recursive=True)
         final = f"{directory}/batch-{batch}.arrow"
         temporary = f"{final}.tmp"
         with filesystem.open_output_stream(temporary) as sink:
-            writer = ipc.new_file(sink, events.schema)
-            writer.write_table(events)
+            writer = ipc.new_file(sink, table.schema)
+            writer.write_table(table)
             writer.close()
         filesystem.move(temporary, final)
         for version, path in self._versions(directory, "arrow"):
