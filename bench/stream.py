@@ -476,7 +476,10 @@ def main() -> int:
              "required with --skip sustained)",
     )  # fmt: skip
     parser.add_argument("--fresh-seconds", type=float, default=90.0)
-    parser.add_argument("--bootstrap", default="127.0.0.1:9092")
+    parser.add_argument(
+        "--bootstrap", default=None,
+        help="a running broker (default: the project's local broker, started if needed)",
+    )  # fmt: skip
     parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(SKIPPABLE)}")
     parser.add_argument("--feast-timeout", type=float, default=900.0)
     parser.add_argument(
@@ -499,6 +502,7 @@ def main() -> int:
         })  # fmt: skip
         return 0
     skip = {name for name in args.skip.split(",") if name}
+    args.bootstrap = args.bootstrap or kafka_broker.start()
     if skip - set(SKIPPABLE):
         parser.error(f"--skip takes {SKIPPABLE}, got {sorted(skip)}")
     if "sustained" in skip and not args.fresh_rate and "fresh" not in skip:

@@ -92,8 +92,9 @@ class StreamViewSpec:
         """How far before the watermark the events of a future frame can reach (ns).
 
         Rolling views: the largest window (a tiled frame starts up to one hop
-        earlier). Session views: unbounded in principle, so session state is kept
-        per open session instead (see :mod:`featureflow.spark.sessions_sink`).
+        earlier). Session views: the gap; a session can reach further back, so the
+        stream job keeps the events of open sessions instead
+        (:func:`featureflow.spark.online_sink.session_outputs`).
         """
         if self.session_gap_ns is not None:
             return self.session_gap_ns
