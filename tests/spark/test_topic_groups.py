@@ -27,6 +27,7 @@ def test_views_parsed_differently_do_not_share_a_query() -> None:
         dataclasses.replace(EXAMPLE_SPEC, name="avro", avro_schema='{"type": "record"}'),
         dataclasses.replace(EXAMPLE_SPEC, name="key", join_key="account_id"),
         dataclasses.replace(EXAMPLE_SPEC, name="stamp", timestamp_field="ts"),
+        dataclasses.replace(EXAMPLE_SPEC, name="delay", watermark_ns=60 * 10**9),
     ]
     groups = topic_groups([EXAMPLE_SPEC, *variants])
     assert len(groups) == 1 + len(variants)

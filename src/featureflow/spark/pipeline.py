@@ -305,13 +305,16 @@ def topic_groups(specs: list[StreamViewSpec]) -> list[list[StreamViewSpec]]:
     """The views grouped by what their records are parsed with (one query per group).
 
     Views share a query when they read the same topic of the same servers with
-    the same message schema, entity key and timestamp field.
+    the same message schema, entity key, timestamp field and watermark delay.
+    The delay too, because the first view of a query dead-letters for all of
+    them: a view with a shorter delay would find events late that no view sends
+    to the dead letters.
     """
     groups: dict[tuple[object, ...], list[StreamViewSpec]] = {}
     for spec in specs:
         parsed_by = (
             spec.topic, spec.bootstrap_servers, spec.json_schema, spec.avro_schema,
-            spec.join_key, spec.timestamp_field,
+            spec.join_key, spec.timestamp_field, spec.watermark_ns,
         )  # fmt: skip
         groups.setdefault(parsed_by, []).append(spec)
     return list(groups.values())
