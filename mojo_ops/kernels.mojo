@@ -32,7 +32,7 @@ from std.python import Python, PythonObject
 from std.python._cpython import GILReleased  # private: the only use is rolling_part
 from std.python.bindings import PythonModuleBuilder
 from std.collections import Dict
-from std.utils.numerics import nan, isnan
+from std.utils.numerics import inf, nan, isnan
 from std.math import sqrt
 from std.memory import alloc, bitcast
 from std.sys.intrinsics import prefetch, PrefetchOptions
@@ -2007,10 +2007,7 @@ struct BucketLayout(Copyable, Movable):
     var pts: I64P
     var pv: F64P
     var pc: I32P
-    var tcount: I64P
-    var tsum: F64P
-    var tmin: F64P
-    var tmax: F64P
+    var trec: F64P  # per partitioned row: count (as float64), sum, min, max
 
 
 def bucket_scratch_bytes(n: Int, parts: Int) -> Int:
@@ -2028,14 +2025,8 @@ def bucket_layout(addr: Int, n: Int, parts: Int) -> BucketLayout:
     a += (8 * n + 63) // 64 * 64
     var pc = I32P(unsafe_from_address=a)
     a += (4 * n + 63) // 64 * 64
-    var tcount = i64p(a)
-    a += (8 * n + 63) // 64 * 64
-    var tsum = f64p(a)
-    a += (8 * n + 63) // 64 * 64
-    var tmin = f64p(a)
-    a += (8 * n + 63) // 64 * 64
-    var tmax = f64p(a)
-    return BucketLayout(hist, pts, pv, pc, tcount, tsum, tmin, tmax)
+    var trec = f64p(a)
+    return BucketLayout(hist, pts, pv, pc, trec)
 
 
 @always_inline
@@ -2069,14 +2060,12 @@ def bucket_starts(lay: BucketLayout, parts: Int) -> List[Int]:
     return starts^
 
 
-def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: Int):
+def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: Int, walk_rows: Int):
     """One phase of the bucketed call for one part (see the section comment):
-    0 counts, 1 partitions, 2 computes window `w` per bucket, 3 returns it to input order."""
+    0 counts, 1 partitions, 2 computes window `w` per bucket (`bucket_windows`;
+    `walk_rows`: see there), 3 returns it to input order."""
     var inp = read_inputs(d)
     var n = inp.n
-    var naggs = Int(d[unsafe_offset=HEADER + 2])
-    var nwin = Int(d[unsafe_offset=HEADER])
-    var hop = Int(d[unsafe_offset=HEADER + 1])
     var lay = bucket_layout(scratch, n, parts)
     var codes = I32P(unsafe_from_address=inp.codes)
     var rows = part_rows(n, part, parts)
@@ -2099,86 +2088,257 @@ def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: 
             lay.pv[unsafe_offset=j] = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
             lay.pc[unsafe_offset=j] = Int32(c // BUCKETS)
     elif phase == 2:
-        var starts = bucket_starts(lay, parts)
-        var glocal = (inp.ngroups + BUCKETS - 1) // BUCKETS
-        var b0 = BUCKETS * part // parts
-        var b1 = BUCKETS * (part + 1) // parts
-        var biggest = 0
-        for b in range(b0, b1):
-            biggest = max(biggest, starts[b + 1] - starts[b])
-        var ring_cap = 2
-        while ring_cap < biggest:
-            ring_cap *= 2
-        var region = alloc[UInt8](4 * ISTATE * glocal + 4 * IREC * ring_cap + 64)
-        var no_valid = List[Int]()
-        var width = Int(d[unsafe_offset=HEADER + 5 + w])
-        var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
-        var full = outs_for(cols, w * naggs, naggs, 0)
-        for b in range(b0, b1):
-            var a = starts[b]
-            var m = starts[b + 1] - a
-            if m == 0:
-                continue
-            var o = Outs(
-                Int(lay.tcount.unsafe_offset(a)),
-                Int(lay.tsum.unsafe_offset(a)) if full.sum != 0 or full.mean != 0 else 0,
-                0,
-                Int(lay.tmin.unsafe_offset(a)) if full.min != 0 else 0,
-                DT_F64,
-                Int(lay.tmax.unsafe_offset(a)) if full.max != 0 else 0,
-                DT_F64,
-                0, 0, 0, 0, 0, 0, 0,
-            )
-            var base = (Int(region) + 63) // 64 * 64
-            # the bucket's rows stream in order through the in-order pass, whose
-            # key states and ring (at most the bucket's rows) stay in L2
-            var bts = lay.pts.unsafe_offset(a)
-            var bcodes = lay.pc.unsafe_offset(a)
-            var sub = Inputs(m, bts, Int(lay.pv.unsafe_offset(a)), DT_F64, 0, 0, Int(bcodes), glocal)
-            var span = inorder_span(bts, m, width, hop, m)
-            var ring = 2
-            while ring < span:
-                ring *= 2
-            if full.min != 0 or full.max != 0:
-                inorder_window[True, True](
-                    bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring
-                )
-            else:
-                inorder_window[True, False](
-                    bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring
-                )
-        region.free()
+        bucket_windows(d, inp, lay, part, parts, w, walk_rows)
     else:
-        var cur = bucket_cursors(lay, part, parts)
-        var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
-        var o = outs_for(cols, w * naggs, naggs, 0)
-        var nvalid = List[Int]()
-        for c in range(w * naggs, (w + 1) * naggs):
-            if cols[c].valid != 0:
-                nvalid.append(cols[c].valid)
-        var vbytes = (n + 7) // 8
-        var bits: UInt64 = 0
-        for i in range(r0, r1):
-            var b = Int(codes[unsafe_offset=i]) & (BUCKETS - 1)
-            var j = cur[b]
-            cur[b] = j + 1
-            var count = lay.tcount[unsafe_offset=j]
-            if o.count != 0:
-                i64p(o.count)[unsafe_offset=i] = count
-            if o.sum != 0:
-                f64p(o.sum)[unsafe_offset=i] = lay.tsum[unsafe_offset=j]
-            if o.mean != 0:
-                f64p(o.mean)[unsafe_offset=i] = lay.tsum[unsafe_offset=j] / Float64(count) if count > 0 else 0.0
-            if o.min != 0:
-                put(o.min, o.min_dt, i, lay.tmin[unsafe_offset=j])
-            if o.max != 0:
-                put(o.max, o.max_dt, i, lay.tmax[unsafe_offset=j])
-            if count > 0:
-                bits |= UInt64(1) << UInt64(i & 63)
-            if (i & 63) == 63 or i == r1 - 1:
-                for k in range(len(nvalid)):
-                    store_bits(nvalid[k], i >> 6, bits, vbytes)
-                bits = 0
+        gather_results(d, inp, lay, part, parts, w)
+
+
+def bucket_windows(d: I64P, inp: Inputs, lay: BucketLayout, part: Int, parts: Int, w: Int, walk_rows: Int):
+    """Phase 2 for one part: window `w` of each of the part's buckets into records
+    (`WREC`): each frame recomputed from its rows (`slot_window`) where a frame
+    holds at most about `walk_rows` rows (estimated per bucket from its rows,
+    keys and ts range; a bucket whose walks take over 2 * walk_rows steps a row
+    falls back), else the frames maintained by expiry and min/max deques
+    (`inorder_window`)."""
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var hop = Int(d[unsafe_offset=HEADER + 1])
+    var starts = bucket_starts(lay, parts)
+    var glocal = (inp.ngroups + BUCKETS - 1) // BUCKETS
+    var b0 = BUCKETS * part // parts
+    var b1 = BUCKETS * (part + 1) // parts
+    var biggest = 0
+    for b in range(b0, b1):
+        biggest = max(biggest, starts[b + 1] - starts[b])
+    var ring_cap = 2
+    while ring_cap < biggest:
+        ring_cap *= 2
+    # deque pass: key states, ring and separate result columns; slot pass: key
+    # slots and row links
+    var region = alloc[UInt8](
+        4 * ISTATE * glocal + 4 * IREC * ring_cap + 32 * biggest + 4 * SLOT_WORDS * glocal + 4 * biggest + 260
+    )
+    var base = (Int(region) + 63) // 64 * 64
+    var cols_at = (base + 4 * ISTATE * glocal + 4 * IREC * ring_cap + 63) // 64 * 64
+    var slots = I32P(unsafe_from_address=cols_at + 32 * biggest)
+    var links = slots.unsafe_offset(SLOT_WORDS * glocal)
+    var no_valid = List[Int]()
+    var width = Int(d[unsafe_offset=HEADER + 5 + w])
+    var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+    var full = outs_for(cols, w * naggs, naggs, 0)
+    var minmax = full.min != 0 or full.max != 0
+    for b in range(b0, b1):
+        var a = starts[b]
+        var m = starts[b + 1] - a
+        if m == 0:
+            continue
+        var bts = lay.pts.unsafe_offset(a)
+        var bv = lay.pv.unsafe_offset(a)
+        var bcodes = lay.pc.unsafe_offset(a)
+        var rec = lay.trec.unsafe_offset(WREC * a)
+        var tspan = Int(bts[unsafe_offset=m - 1]) - Int(bts[unsafe_offset=0]) + 1
+        var reach = min(width + hop, tspan)  # ns a frame covers (at most)
+        var frame_rows = Float64(m) / Float64(glocal) * Float64(reach) / Float64(tspan)
+        if frame_rows <= Float64(walk_rows):
+            var budget = 2 * walk_rows * m + 1024
+            var done: Bool
+            if minmax:
+                done = slot_window[True](bts, bv, bcodes, glocal, m, width, hop, slots, links, rec, budget)
+            else:
+                done = slot_window[False](bts, bv, bcodes, glocal, m, width, hop, slots, links, rec, budget)
+            if done:
+                continue
+        var tcount = i64p(cols_at)
+        var tsum = f64p(cols_at + 8 * biggest)
+        var tmin = f64p(cols_at + 16 * biggest)
+        var tmax = f64p(cols_at + 24 * biggest)
+        var o = Outs(Int(tcount), Int(tsum), 0, Int(tmin), DT_F64, Int(tmax), DT_F64, 0, 0, 0, 0, 0, 0, 0)
+        # the bucket's rows stream in order through the in-order pass, whose
+        # key states and ring (at most the bucket's rows) stay in L2
+        var sub = Inputs(m, bts, Int(bv), DT_F64, 0, 0, Int(bcodes), glocal)
+        var span = inorder_span(bts, m, width, hop, m)
+        var ring = 2
+        while ring < span:
+            ring *= 2
+        if minmax:
+            inorder_window[True, True](bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring)
+        else:
+            inorder_window[True, False](bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring)
+        for q in range(m):
+            rec[unsafe_offset=WREC * q] = Float64(tcount[unsafe_offset=q])
+            rec[unsafe_offset=WREC * q + 1] = tsum[unsafe_offset=q]
+            rec[unsafe_offset=WREC * q + 2] = tmin[unsafe_offset=q]
+            rec[unsafe_offset=WREC * q + 3] = tmax[unsafe_offset=q]
+    region.free()
+
+
+comptime WREC = 4  # float64 words per bucketed result: count, sum, min, max
+comptime GATHER_PF = 4  # records a bucket's read stream is prefetched ahead in phase 3
+
+
+comptime SLOTS = 8  # a key's most recent non-null rows kept inline by `slot_window`
+comptime SLOT_WORDS = 32  # int32 words a key: SLOTS float64 values, SLOTS row numbers, head, -
+comptime SLOT_PF = 16  # rows ahead whose key slots are prefetched
+comptime FSlots = SIMD[DType.float64, SLOTS]
+comptime ISlots = SIMD[DType.int32, SLOTS]
+
+
+@always_inline
+def slot_enter(st: I32P, links: I32P, q: Int, x: Float64, mut vals: FSlots, mut rows: ISlots):
+    """Row q (value x, not null) enters its key's slots `st` (loaded as vals and
+    rows), replacing the oldest; it links to the key's previous newest row."""
+    var h = Int(st[unsafe_offset=3 * SLOTS])
+    links[unsafe_offset=q + 1] = st[unsafe_offset=2 * SLOTS + ((h - 1) & (SLOTS - 1))]
+    var lane = ISlots(0, 1, 2, 3, 4, 5, 6, 7).eq(Int32(h & (SLOTS - 1)))
+    vals = lane.select(FSlots(x), vals)
+    rows = lane.select(ISlots(Int32(q + 1)), rows)
+    F64P(unsafe_from_address=Int(st)).unsafe_store(0, vals)
+    st.unsafe_store(2 * SLOTS, rows)
+    st[unsafe_offset=3 * SLOTS] = Int32(h + 1)
+
+
+@always_inline
+def slot_emit[MINMAX: Bool](
+    st: I32P, links: I32P, vv: F64P, vals: FSlots, rows: ISlots, first: Int, rec: F64P, q: Int,
+) -> Int:
+    """Record q (`WREC`) from the key's slots: rows numbered >= first are in the
+    frame; when all are, older rows are walked back along the links. Returns the
+    walk's steps (0 when none)."""
+    var inside = rows.ge(Int32(first))
+    var cnt = Int(inside.cast[DType.int32]().reduce_add())
+    var sm = inside.select(vals, FSlots(0.0)).reduce_add()
+    var mn = 0.0
+    var mx = 0.0
+    comptime if MINMAX:
+        var big = inf[DType.float64]()
+        mn = inside.select(vals, FSlots(big)).reduce_min()
+        mx = inside.select(vals, FSlots(-big)).reduce_max()
+    var steps = 0
+    if cnt == SLOTS:  # the oldest slot is in the frame: older rows may be too
+        var h = Int(st[unsafe_offset=3 * SLOTS])
+        var j = Int(links[unsafe_offset=Int(st[unsafe_offset=2 * SLOTS + (h & (SLOTS - 1))])])
+        var sc = 0.0
+        while j >= first:
+            var x = vv[unsafe_offset=j]
+            cnt += 1
+            two_sum(sm, sc, x)
+            comptime if MINMAX:
+                mn = min(mn, x)
+                mx = max(mx, x)
+            j = Int(links[unsafe_offset=j])
+        sm += sc
+        steps = cnt
+    var has = cnt > 0
+    rec[unsafe_offset=WREC * q] = Float64(cnt)
+    rec[unsafe_offset=WREC * q + 1] = sm
+    rec[unsafe_offset=WREC * q + 2] = mn if has else 0.0
+    rec[unsafe_offset=WREC * q + 3] = mx if has else 0.0
+    return steps
+
+
+def slot_window[MINMAX: Bool](
+    ts: I64P, v: F64P, codes: I32P, keys: Int, m: Int, width: Int, hop: Int,
+    state: I32P, links: I32P, rec: F64P, budget: Int,
+) -> Bool:
+    """One window over a bucket's m rows (ts order, key codes < `keys`), each frame
+    recomputed from its rows. Each key keeps its last `SLOTS` non-null rows inline
+    (value and row number, from 1; 0: empty) and every row links to its key's
+    previous one (`links`, m + 1 int32). Row q's frame [frame_lower(ts[q]), ts[q]]
+    (ns, inclusive; RANGE: later rows of an equal ts are peers and included) holds
+    exactly the key's rows numbered >= gl + 1, gl the first row with ts >= the low
+    end (ts is sorted): one SIMD pass over the slots, and only when all `SLOTS`
+    are in the frame a walk back along the links from the oldest. Writes record q
+    (`WREC`): count of non-null rows, sum, min, max (0 when empty). Returns False,
+    records partly written, once the walks took more than `budget` steps in all."""
+    for k in range(keys * SLOT_WORDS):
+        state[unsafe_offset=k] = 0
+    links[unsafe_offset=0] = 0
+    var vv = v.unsafe_offset(-1)  # vv[j]: value of row number j
+    var gl = 0
+    var steps = 0
+    var p = 0
+    while p < m:
+        var t = ts[unsafe_offset=p]
+        var lower = Int64(frame_lower(Int(t), width, hop))
+        gl += Int(ts[unsafe_offset=gl] < lower)  # usually one row leaves: no branch
+        while ts[unsafe_offset=gl] < lower:
+            gl += 1
+        prefetch[PrefetchOptions().for_write()](state.unsafe_offset(Int(codes[unsafe_offset=min(p + SLOT_PF, m - 1)]) * SLOT_WORDS))
+        if p + 1 == m or ts[unsafe_offset=p + 1] != t:  # a run of one row: enter and emit
+            var st = state.unsafe_offset(Int(codes[unsafe_offset=p]) * SLOT_WORDS)
+            var vals = F64P(unsafe_from_address=Int(st)).unsafe_load[width=SLOTS](0)
+            var rows = st.unsafe_load[width=SLOTS](2 * SLOTS)
+            var x = v[unsafe_offset=p]
+            if not isnan(x):
+                slot_enter(st, links, p, x, vals, rows)
+            steps += slot_emit[MINMAX](st, links, vv, vals, rows, gl + 1, rec, p)
+            p += 1
+            continue
+        var e = p + 1
+        while e < m and ts[unsafe_offset=e] == t:
+            e += 1
+        for q in range(p, e):  # the run enters before any of it is emitted
+            var x = v[unsafe_offset=q]
+            if not isnan(x):
+                var st = state.unsafe_offset(Int(codes[unsafe_offset=q]) * SLOT_WORDS)
+                var vals = F64P(unsafe_from_address=Int(st)).unsafe_load[width=SLOTS](0)
+                var rows = st.unsafe_load[width=SLOTS](2 * SLOTS)
+                slot_enter(st, links, q, x, vals, rows)
+        for q in range(p, e):
+            var st = state.unsafe_offset(Int(codes[unsafe_offset=q]) * SLOT_WORDS)
+            var vals = F64P(unsafe_from_address=Int(st)).unsafe_load[width=SLOTS](0)
+            var rows = st.unsafe_load[width=SLOTS](2 * SLOTS)
+            steps += slot_emit[MINMAX](st, links, vv, vals, rows, gl + 1, rec, q)
+        if steps > budget:
+            return False
+        p = e
+    return steps <= budget
+
+
+def gather_results(d: I64P, inp: Inputs, lay: BucketLayout, part: Int, parts: Int, w: Int):
+    """Phase 3 for one part: row i of the part takes the next record of its
+    bucket (`WREC`; one read stream a bucket, prefetched) and writes window `w`'s
+    count, sum, mean, min, max and validity in input order."""
+    var n = inp.n
+    var naggs = Int(d[unsafe_offset=HEADER + 2])
+    var nwin = Int(d[unsafe_offset=HEADER])
+    var codes = I32P(unsafe_from_address=inp.codes)
+    var rows = part_rows(n, part, parts)
+    var r0 = rows[0]
+    var r1 = rows[1]
+    var cur = bucket_cursors(lay, part, parts)
+    var cols = read_columns(d, HEADER + 5 + nwin, nwin * naggs)
+    var o = outs_for(cols, w * naggs, naggs, 0)
+    var nvalid = List[Int]()
+    for c in range(w * naggs, (w + 1) * naggs):
+        if cols[c].valid != 0:
+            nvalid.append(cols[c].valid)
+    var vbytes = (n + 7) // 8
+    var bits: UInt64 = 0
+    for i in range(r0, r1):
+        var b = Int(codes[unsafe_offset=i]) & (BUCKETS - 1)
+        var j = cur[b]
+        cur[b] = j + 1
+        var r = lay.trec.unsafe_offset(WREC * j)
+        prefetch(r.unsafe_offset(WREC * GATHER_PF))
+        var cf = r[unsafe_offset=0]
+        var count = Int64(cf)
+        if o.count != 0:
+            i64p(o.count)[unsafe_offset=i] = count
+        if o.sum != 0:
+            f64p(o.sum)[unsafe_offset=i] = r[unsafe_offset=1]
+        if o.mean != 0:
+            f64p(o.mean)[unsafe_offset=i] = r[unsafe_offset=1] / cf if count > 0 else 0.0
+        if o.min != 0:
+            put(o.min, o.min_dt, i, r[unsafe_offset=2])
+        if o.max != 0:
+            put(o.max, o.max_dt, i, r[unsafe_offset=3])
+        if count > 0:
+            bits |= UInt64(1) << UInt64(i & 63)
+        if (i & 63) == 63 or i == r1 - 1:
+            for k in range(len(nvalid)):
+                store_bits(nvalid[k], i >> 6, bits, vbytes)
+            bits = 0
 
 
 def bucketed_supported(cols: List[Column]) -> Bool:
@@ -2191,19 +2351,21 @@ def bucketed_supported(cols: List[Column]) -> Bool:
 
 def rolling_bucketed_part(
     desc: PythonObject, phase: PythonObject, part: PythonObject, parts: PythonObject,
-    scratch: PythonObject, window: PythonObject,
+    scratch: PythonObject, window: PythonObject, walk_rows: PythonObject,
 ) raises -> PythonObject:
     """Phase `phase` of a bucketed rolling call (see the section comment) for
     part `part` of `parts`, with the GIL released; `scratch` addresses
-    `bucket_scratch_bytes(n, parts)` bytes shared by the parts."""
+    `bucket_scratch_bytes(n, parts)` bytes shared by the parts; phase 2 walks
+    frames back where they hold at most about `walk_rows` rows (0: never)."""
     var d = i64p(Int(py=desc))
     var ph = Int(py=phase)
     var p = Int(py=part)
     var ps = Int(py=parts)
     var sc = Int(py=scratch)
     var w = Int(py=window)
+    var wr = Int(py=walk_rows)
     with GILReleased(Python()):
-        bucketed_phase(d, ph, p, ps, sc, w)
+        bucketed_phase(d, ph, p, ps, sc, w, wr)
     return PythonObject(0)
 
 

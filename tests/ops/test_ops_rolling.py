@@ -77,31 +77,40 @@ def test_grouped_pass_matches_duckdb(data: Rows, window: int, in_order: bool) ->
     window=st.sampled_from([1, 2, 50, 10**4, 2**61]),
     aggs=st.lists(st.sampled_from(FIVE), min_size=1, max_size=5, unique=True),
     bucketed=st.booleans(),
+    walk_rows=st.sampled_from([0, 1, 16, 10**6]),
 )
 def test_in_order_keyed_five_aggs_match_duckdb(
-    data: Rows, window: int, aggs: list[str], bucketed: bool
+    data: Rows, window: int, aggs: list[str], bucketed: bool, walk_rows: int
 ) -> None:
     """Keyed input in ts order with only count/sum/mean/min/max takes the in-order
     path (per-key state and a ring of recent rows) when a window's frames span at
     most `INORDER_MAX_SPAN` rows, else the bucketed path (partition by key bucket,
-    windows per bucket, results back in input order): both sides of the threshold."""
+    windows per bucket, results back in input order): both sides of the threshold.
+    The bucketed path recomputes frames of at most about `WALK_ROWS` rows from a
+    key's recent rows (0: never; 1: a bucket's walks go over budget and fall back to
+    the deques mid-way; 10**6: always) and maintains longer ones with deques."""
     from featureflow.ops import _native
 
     data = in_ts_order(data)
     with pytest.MonkeyPatch.context() as mp:
         if bucketed:
             mp.setattr(_native, "INORDER_MAX_SPAN", 0)
+            mp.setattr(_native, "WALK_ROWS", walk_rows)
         assert_windows_match(data, [window, window + 3], aggs)
 
 
 @pytest.mark.parametrize("backend", ["mojo"], indirect=True)
 @pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("walk_rows", [0, 1, 16, 10**6])
 def test_in_order_ring_agrees_with_bucketed(
-    backend: str, parts: int, monkeypatch: pytest.MonkeyPatch
+    backend: str, parts: int, walk_rows: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The in-order path's ring wraps many times; keys fall silent for longer than
     the ring (their state must not read overwritten records), values have nulls,
-    NaN and long monotone runs (deep min/max deques), ts has runs of equal values."""
+    NaN and long monotone runs (deep min/max deques), ts has runs of equal values.
+    The bucketed side recomputes frames from each key's recent rows (frames of a
+    hot key overflow the inline slots and walk back along the row links), keeps
+    deques, or switches from one to the other mid-bucket (`WALK_ROWS`)."""
     from featureflow.ops import _native
 
     rng = np.random.default_rng(11)
@@ -121,12 +130,37 @@ def test_in_order_ring_agrees_with_bucketed(
     monkeypatch.setattr(_native, "_parts", lambda rows: parts)
     in_order = ops.rolling(ts, values, windows, FIVE, keys=keys)
     monkeypatch.setattr(_native, "INORDER_MAX_SPAN", 0)
+    monkeypatch.setattr(_native, "WALK_ROWS", walk_rows)
     bucketed = ops.rolling(ts, values, windows, FIVE, keys=keys)
     for name in in_order.column_names:
         assert in_order[name].is_null().equals(bucketed[name].is_null()), name
         a = np.asarray(in_order[name].to_numpy(zero_copy_only=False), dtype=np.float64)
         b = np.asarray(bucketed[name].to_numpy(zero_copy_only=False), dtype=np.float64)
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-9, equal_nan=True, err_msg=name)
+
+
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
+@pytest.mark.parametrize("walk_rows", [0, 1, 10**6])
+def test_bucketed_walks_over_budget_fall_back(
+    backend: str, walk_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bursts: frames are short on average over a bucket's ts range (so the bucket
+    starts by recomputing frames) but hold hundreds of a key's rows inside a burst,
+    so walking them back goes over budget and the bucket falls back to the deques
+    (walk_rows 1); 10**6 walks them all, 0 never walks: each against DuckDB."""
+    from featureflow.ops import _native
+
+    rng = np.random.default_rng(5)
+    bursts, per = 60, 300
+    ts = (np.arange(bursts)[:, None] * 10**6 + rng.integers(0, 300, (bursts, per))).ravel()
+    ts = np.sort(ts)
+    keys = rng.integers(0, 3, len(ts))
+    raw = rng.normal(0, 100, len(ts))
+    raw[rng.random(len(ts)) < 0.05] = np.nan
+    values = pa.array(raw)
+    monkeypatch.setattr(_native, "INORDER_MAX_SPAN", 0)
+    monkeypatch.setattr(_native, "WALK_ROWS", walk_rows)
+    assert_windows_match(Rows(ts, values, pa.array(keys)), [100, 1000], FIVE)
 
 
 @settings(max_examples=25, deadline=None)

@@ -153,6 +153,13 @@ BUCKETS = 256
 """Key buckets of the bucketed rolling path (``BUCKETS`` in kernels.mojo)."""
 
 
+WALK_ROWS = 16
+"""Bucketed path: a window's frames are recomputed by walking back each key's rows
+where a frame holds at most about this many rows (estimated per bucket; a bucket
+whose walks take over twice as many steps a row falls back), else maintained by
+expiry and min/max deques (`bucket_windows` in kernels.mojo). 0: never walk."""
+
+
 def _bucket_scratch_bytes(n: int, parts: int) -> int:
     """Scratch of a bucketed rolling call (``bucket_scratch_bytes`` in kernels.mojo):
     per-part bucket counts, the partitioned rows (20 bytes each) and one window's
@@ -335,7 +342,16 @@ class NativeBackend:
         def phase(number: int, window: int = 0) -> None:
             self._on_threads(
                 [
-                    ("rolling_bucketed_part", desc, number, i, parts, scratch.address, window)
+                    (
+                        "rolling_bucketed_part",
+                        desc,
+                        number,
+                        i,
+                        parts,
+                        scratch.address,
+                        window,
+                        WALK_ROWS,
+                    )
                     for i in range(parts)
                 ]
             )
