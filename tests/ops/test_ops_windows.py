@@ -127,15 +127,24 @@ IN_ORDER_AGGS = ["count", "sum", "mean", "min", "max", "first", "last"]
     gap=st.sampled_from([1, 3, 50, 10**5]),
     aggs=st.lists(st.sampled_from(IN_ORDER_AGGS), min_size=1, max_size=7, unique=True),
     grouped=st.booleans(),
+    by_close=st.booleans(),
 )
 def test_sessions_over_ts_ordered_input_match_duckdb(
-    data: Rows, gap: int, aggs: list[str], grouped: bool
+    data: Rows, gap: int, aggs: list[str], grouped: bool, by_close: bool
 ) -> None:
     """Keyed input in ts order with a fixed gap and no std/var/count_distinct takes
-    the in-order sessions pass (two passes over per-key states, no grouping copy);
-    `grouped` forces the grouping path (its scratch is the only one offered)."""
+    an in-order sessions pass over per-key states, no grouping copy: without
+    first/last (`by_close`) one pass writes sessions as they close, then sorts
+    them by key; with first or last, two passes (count each key's sessions, then
+    aggregate into its slots). `grouped` forces the grouping path (its scratch is
+    the only one offered)."""
     from featureflow.ops import _native
 
+    ends = ("first", "last")
+    if by_close:
+        aggs = [a for a in aggs if a not in ends] or ["min"]
+    elif not set(ends) & set(aggs):
+        aggs = [*aggs, "last"]
     data = in_ts_order(data)
     n = len(data.ts)
     with pytest.MonkeyPatch.context() as mp:

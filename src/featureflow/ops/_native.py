@@ -201,8 +201,9 @@ _SESSIONS_GROUPED = {"std", "var", "count_distinct"}
 
 def _sessions_in_order_scratch_bytes(n: int, ngroups: int) -> int:
     """Scratch of keyed sessions over ts-ordered input with a fixed gap
-    (``sessions_in_order_scratch_bytes`` in kernels.mojo): 64 bytes a key, 1 a row."""
-    return 64 * ngroups + (n + 7) // 8 * 8 + 64 * 4
+    (``sessions_in_order_scratch_bytes`` in kernels.mojo): 64 bytes a key, 13 a row
+    (only one row in several is touched: one a session)."""
+    return 64 * ngroups + (n + 7) // 8 * 8 + 12 * n + 64 * 6
 
 
 def _sessions_scratch_bytes(n: int, ngroups: int) -> int:
