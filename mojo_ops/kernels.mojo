@@ -2084,6 +2084,11 @@ def bucketed_phase(d: I64P, phase: Int, part: Int, parts: Int, scratch: Int, w: 
             var b = c & (BUCKETS - 1)
             var j = cur[b]
             cur[b] = j + 1
+            # the bucket's next cache line of each run, before its first write
+            # (768 write streams: more than the hardware tracks)
+            prefetch[PrefetchOptions().for_write()](lay.pts.unsafe_offset(j + 8))
+            prefetch[PrefetchOptions().for_write()](lay.pv.unsafe_offset(j + 8))
+            prefetch[PrefetchOptions().for_write()](lay.pc.unsafe_offset(j + 16))
             lay.pts[unsafe_offset=j] = inp.ts[unsafe_offset=i]
             lay.pv[unsafe_offset=j] = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
             lay.pc[unsafe_offset=j] = Int32(c // BUCKETS)
