@@ -33,7 +33,7 @@ from std.python._cpython import GILReleased  # private: the only use is rolling_
 from std.python.bindings import PythonModuleBuilder
 from std.collections import Dict
 from std.utils.numerics import inf, nan, isnan
-from std.math import sqrt
+from std.math import fma, sqrt
 from std.memory import alloc, bitcast
 from std.sys.intrinsics import prefetch, PrefetchOptions
 
@@ -436,7 +436,7 @@ struct Sliding(Movable):
                 self.shift_set = True
             var d = v - self.shift
             Self.kadd(self.s1, self.s1_c, d)
-            Self.kadd(self.s2, self.s2_c, d * d)
+            add_square(self.s2, self.s2_c, d, 1.0)
         if self.need_min:
             while self.qmin_t > self.qmin_h and self.svals[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_t - 1])] >= v:
                 self.qmin_t -= 1
@@ -474,7 +474,7 @@ struct Sliding(Movable):
             if self.need_sq:
                 var d = v - self.shift
                 Self.kadd(self.s1, self.s1_c, -d)
-                Self.kadd(self.s2, self.s2_c, -(d * d))
+                add_square(self.s2, self.s2_c, d, -1.0)
         if self.need_distinct:
             var k = Int(bitcast_key(v))
             var c = self.distinct.get(k, 0)
@@ -527,12 +527,7 @@ struct Sliding(Movable):
             elif c.agg == A_STD or c.agg == A_VAR:
                 has = self.count > 1
                 if has:
-                    var nn = Float64(self.count)
-                    var s1 = self.s1 + self.s1_c
-                    var s2 = self.s2 + self.s2_c
-                    v = (s2 - s1 * s1 / nn) / (nn - 1.0)
-                    if v < 0.0:
-                        v = 0.0
+                    v = sample_variance(self.s1, self.s1_c, self.s2, self.s2_c, self.count)
                     if c.agg == A_STD:
                         v = sqrt(v)
             elif c.agg == A_FIRST:
@@ -865,7 +860,7 @@ def window_pass[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                         shift_set = True
                     var d = v - shift
                     Sliding.kadd(s1, s1c, d)
-                    Sliding.kadd(s2, s2c, d * d)
+                    add_square(s2, s2c, d, 1.0)
                 last = q
         # rows older than the frame leave
         var lower = t - width
@@ -894,7 +889,7 @@ def window_pass[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     if need_sq:
                         var d = x - shift
                         Sliding.kadd(s1, s1c, -d)
-                        Sliding.kadd(s2, s2c, -(d * d))
+                        add_square(s2, s2c, d, -1.0)
         comptime if MINMAX:
             if lo != lo0:
                 while qmin_h < qmin_t and Int(dqmin[unsafe_offset=qmin_h]) < lo:
@@ -928,12 +923,7 @@ def window_pass[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     rmax = sv[unsafe_offset=Int(dqmax[unsafe_offset=qmax_h])]
             comptime if EXTRA:
                 if need_sq and count > 1:
-                    var nn = Float64(count)
-                    var t1 = s1 + s1c
-                    var t2 = s2 + s2c
-                    rvar = (t2 - t1 * t1 / nn) / (nn - 1.0)
-                    if rvar < 0.0:
-                        rvar = 0.0
+                    rvar = sample_variance(s1, s1c, s2, s2c, count)
                     rstd = sqrt(rvar)
                 if need_first:
                     rfirst = sv[unsafe_offset=first]
@@ -1427,6 +1417,39 @@ def two_sum(mut s: Float64, mut c: Float64, x: Float64):
 
 
 @always_inline
+def add_square(mut s: Float64, mut c: Float64, d: Float64, sign: Float64):
+    """s += sign * d^2 exactly: the square's rounding error (fma) joins the compensation."""
+    var sq = d * d
+    var low = fma(d, d, -sq)
+    two_sum(s, c, sign * sq)
+    c += sign * low
+
+
+@always_inline
+def sample_variance(s1: Float64, s1c: Float64, s2: Float64, s2c: Float64, count: Int) -> Float64:
+    """(S2 - S1^2 / n) / (n - 1) from compensated sums of d = x - shift and of d^2.
+
+    In double-double arithmetic: when the shift is far from the frame's values
+    (its row left the frame long ago) the two terms nearly cancel, and a plain
+    double formula loses as many digits as they share. Never negative.
+    """
+    var nn = Float64(count)
+    var a = s1 + s1c  # S1 normalised to (a, b): |b| <= ulp(a) / 2
+    var z = a - s1
+    var b = (s1 - (a - z)) + (s1c - z)
+    var sq = a * a
+    var sq_low = fma(a, a, -sq) + 2.0 * a * b
+    var q = sq / nn  # S1^2 / n as (q, q_low)
+    var qn = q * nn
+    var q_low = ((sq - qn) - fma(q, nn, -qn) + sq_low) / nn
+    var h = s2
+    var l = s2c
+    two_sum(h, l, -q)
+    var v = (h + (l - q_low)) / (nn - 1.0)
+    return v if v > 0.0 else 0.0
+
+
+@always_inline
 def frame_lower(t: Int, width: Int, hop: Int) -> Int:
     """The frame's low end (inclusive, ns) for a row at t: t - W, or its sawtooth floor."""
     var lower = t - width
@@ -1574,7 +1597,7 @@ def stream_window[KEYED: Bool, SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     var s2 = sq[unsafe_offset=k + 2]
                     var s2c = sq[unsafe_offset=k + 3]
                     two_sum(s1, s1c, d)
-                    two_sum(s2, s2c, d * d)
+                    add_square(s2, s2c, d, 1.0)
                     sq[unsafe_offset=k] = s1
                     sq[unsafe_offset=k + 1] = s1c
                     sq[unsafe_offset=k + 2] = s2
@@ -1638,7 +1661,7 @@ def stream_window[KEYED: Bool, SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     var s2 = sq[unsafe_offset=k + 2]
                     var s2c = sq[unsafe_offset=k + 3]
                     two_sum(s1, s1c, -d)
-                    two_sum(s2, s2c, -(d * d))
+                    add_square(s2, s2c, d, -1.0)
                     sq[unsafe_offset=k] = s1
                     sq[unsafe_offset=k + 1] = s1c
                     sq[unsafe_offset=k + 2] = s2
@@ -1678,12 +1701,10 @@ def stream_window[KEYED: Bool, SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     var rvar = 0.0
                     if count > 1:
                         var k = (r // REC) * SQ
-                        var nn = Float64(count)
-                        var t1 = sq[unsafe_offset=k] + sq[unsafe_offset=k + 1]
-                        var t2 = sq[unsafe_offset=k + 2] + sq[unsafe_offset=k + 3]
-                        rvar = (t2 - t1 * t1 / nn) / (nn - 1.0)
-                        if rvar < 0.0:
-                            rvar = 0.0
+                        rvar = sample_variance(
+                            sq[unsafe_offset=k], sq[unsafe_offset=k + 1],
+                            sq[unsafe_offset=k + 2], sq[unsafe_offset=k + 3], count,
+                        )
                     if o.var_ != 0:
                         f64p(o.var_)[unsafe_offset=q] = rvar
                     if o.std != 0:
@@ -1855,7 +1876,7 @@ def region_window[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     var s2 = sq[unsafe_offset=k + 2]
                     var s2c = sq[unsafe_offset=k + 3]
                     two_sum(s1, s1c, d)
-                    two_sum(s2, s2c, d * d)
+                    add_square(s2, s2c, d, 1.0)
                     sq[unsafe_offset=k] = s1
                     sq[unsafe_offset=k + 1] = s1c
                     sq[unsafe_offset=k + 2] = s2
@@ -1899,7 +1920,7 @@ def region_window[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                         var s2 = sq[unsafe_offset=k + 2]
                         var s2c = sq[unsafe_offset=k + 3]
                         two_sum(s1, s1c, -d)
-                        two_sum(s2, s2c, -(d * d))
+                        add_square(s2, s2c, d, -1.0)
                         sq[unsafe_offset=k] = s1
                         sq[unsafe_offset=k + 1] = s1c
                         sq[unsafe_offset=k + 2] = s2
@@ -1945,12 +1966,10 @@ def region_window[SUM: Bool, MINMAX: Bool, EXTRA: Bool](
                     var rvar = 0.0
                     if count > 1:
                         var k = (r // KREC) * SQ
-                        var nn = Float64(count)
-                        var t1 = sq[unsafe_offset=k] + sq[unsafe_offset=k + 1]
-                        var t2 = sq[unsafe_offset=k + 2] + sq[unsafe_offset=k + 3]
-                        rvar = (t2 - t1 * t1 / nn) / (nn - 1.0)
-                        if rvar < 0.0:
-                            rvar = 0.0
+                        rvar = sample_variance(
+                            sq[unsafe_offset=k], sq[unsafe_offset=k + 1],
+                            sq[unsafe_offset=k + 2], sq[unsafe_offset=k + 3], count,
+                        )
                     if o.var_ != 0:
                         f64p(o.var_)[unsafe_offset=q] = rvar
                     if o.std != 0:

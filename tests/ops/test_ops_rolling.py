@@ -258,6 +258,35 @@ def test_variance_is_accurate_with_a_large_offset() -> None:
         assert abs(got[i] - exact) <= 1e-6 * exact
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+@pytest.mark.parametrize("shuffled", [False, True])
+@pytest.mark.parametrize("aggs", [["var", "std"], ["var", "std", "count_distinct"]])
+def test_variance_stays_exact_after_a_far_value_leaves(
+    keyed: bool, shuffled: bool, aggs: list[str]
+) -> None:
+    """A far value opens the frame (the sums' shift) and leaves while the frame
+    stays non-empty; the small values after it must still get their exact variance
+    (the plain formula S2 - S1^2/n cancelled ~1e16 against ~1 here). Every kernel
+    path: unkeyed and keyed, in ts order and shuffled, with and without count_distinct."""
+    small = [0.0, -1.0, 0.0, 2.0, 1.0, -1.0, 0.0, 3.0]
+    values = np.array([1e8, *small] * 3)
+    ts = np.arange(len(values), dtype=np.int64)
+    keys = np.repeat([7, 8, 9], len(values) // 3) if keyed else None
+    order = np.random.default_rng(0).permutation(len(ts)) if shuffled else np.arange(len(ts))
+    table = ops.rolling(
+        ts[order], values[order], 3, aggs, keys=None if keys is None else keys[order]
+    )
+    got = np.empty(len(ts))
+    got[order] = table["var_3"].to_numpy(zero_copy_only=False)
+    for i in range(len(ts)):
+        frame = [
+            values[j] for j in range(len(ts))
+            if ts[i] - 3 <= ts[j] <= ts[i] and (keys is None or keys[j] == keys[i])
+        ]  # fmt: skip
+        if len(frame) > 1 and 1e8 not in frame:
+            assert got[i] == pytest.approx(np.var(frame, ddof=1), rel=1e-12, abs=1e-12), i
+
+
 def test_timestamp_types_of_any_unit_and_zone() -> None:
     base = np.array([0, 1, 2, 3], dtype=np.int64)
     expected = ops.rolling(base * 1_000_000_000, pa.array([1.0, 2, 3, 4]), "1s", ["sum"])
