@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from featureflow import ops
@@ -127,9 +128,10 @@ def latest_per_entity(
     """
     if features.num_rows == 0:
         return features
-    keys = features.column(join_key).to_numpy()
+    keys = features.column(join_key).to_numpy(zero_copy_only=False)
     ts = features.column(event_ns_column).to_numpy()
-    order = np.lexsort((np.arange(len(keys)), ts, keys))
-    sorted_keys = keys[order]
-    last_of_key = np.append(sorted_keys[1:] != sorted_keys[:-1], True)
-    return features.take(pa.array(order[last_of_key]))
+    # A stable sort by time alone (linear on the time-ordered input the stream job
+    # passes), then each key's last row by hashing: no sort of every row by key.
+    order = np.argsort(ts, kind="stable")
+    latest = order[~pd.Series(keys[order]).duplicated(keep="last").to_numpy()]
+    return features.take(pa.array(latest[np.argsort(keys[latest], kind="stable")]))

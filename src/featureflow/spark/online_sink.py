@@ -90,6 +90,23 @@ def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> N
     online.write(store, spec.name, rows)
 
 
+def in_time_order(events: pa.Table, new_rows: int) -> tuple[pa.Table, np.ndarray]:
+    """``events`` (state, then ``new_rows`` new events) sorted by event time, and which
+    rows are new (bool per sorted row).
+
+    The sort is stable: equal times keep their order, state before new events.
+    The kernels take their in-order passes on time-ordered input, and state saved
+    from sorted events stays sorted, so the next batch's sort only merges it with
+    the (nearly sorted) new events.
+    """
+    ts = events.column(EVENT_NS).to_numpy()
+    first_new = events.num_rows - new_rows
+    if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+        return events, np.arange(events.num_rows) >= first_new
+    order = np.argsort(ts, kind="stable")
+    return events.take(order), order >= first_new
+
+
 def rolling_outputs(
     events: pa.Table,
     new_rows: int,
@@ -101,14 +118,16 @@ def rolling_outputs(
 
     ``events`` are the partition's state followed by its ``new_rows`` new events.
     Online: the touched entities as of their latest event; offline: every new
-    event's features. State: what a frame of a future on-time event (time >=
-    ``watermark_ns``) can reach. A plain view keeps the events at or after
-    ``watermark - W`` and no tiles (None). A tiled view whose aggregates merge
-    (:func:`featureflow.tiles.compactable`) keeps per-entity tile partials of the
-    events before the compaction bound and the raw events after it, so its state
-    is bounded by W / hop tiles per entity; ``tile_state`` is its earlier tiles.
+    event's features, in event-time order. State, in event-time order: what a
+    frame of a future on-time event (time >= ``watermark_ns``) can reach. A plain
+    view keeps the events at or after ``watermark - W`` and no tiles (None). A
+    tiled view whose aggregates merge (:func:`featureflow.tiles.compactable`)
+    keeps per-entity tile partials of the events before the compaction bound and
+    the raw events after it, so its state is bounded by W / hop tiles per
+    entity; ``tile_state`` is its earlier tiles.
     """
-    new_events = events.slice(events.num_rows - new_rows)
+    events, is_new = in_time_order(events, new_rows)
+    new_mask = pa.array(is_new)
     if tiles.compactable(spec):
         key_type = events.schema.field(spec.join_key).type
         earlier = tile_state if tile_state is not None else tiles.empty_tiles(spec, key_type)
@@ -121,8 +140,8 @@ def rolling_outputs(
             keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
         kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
         kept_tiles = None
-    rows = online_rows(per_event, spec, entities=new_events.column(spec.join_key))
-    history = with_event_timestamp(per_event.slice(events.num_rows - new_rows), spec)
+    rows = online_rows(per_event, spec, entities=events.column(spec.join_key).filter(new_mask))
+    history = with_event_timestamp(per_event.filter(new_mask), spec)
     return rows, history, kept, kept_tiles
 
 
@@ -138,8 +157,9 @@ def session_outputs(
     closed session's events leave the state); state: the events of open sessions.
     """
     assert spec.session_gap_ns is not None
+    events, is_new = in_time_order(events, new_rows)
     sessions = features.session_features(events, spec)
-    new_keys = events.column(spec.join_key).slice(events.num_rows - new_rows)
+    new_keys = events.column(spec.join_key).filter(pa.array(is_new))
     rows = online_rows(sessions, spec, entities=new_keys) if new_rows else sessions.slice(0, 0)
     last_ns = sessions.column(EVENT_NS)
     closed = pc.less(pc.add(last_ns, spec.session_gap_ns), watermark_ns)
