@@ -1,9 +1,12 @@
 """Kafka records -> typed events, with a reason for every record that can't be used.
 
-Runs as Spark SQL expressions (in the JVM, vectorised), so no Python row loop
-touches the raw stream. Every output row keeps its Kafka coordinates and raw
-bytes; rows that fail a check carry ``error_field`` and ``error_reason`` (the
-first failing check, in the order below) instead of being dropped:
+JSON messages are decoded on the executors by
+:mod:`featureflow.events.json_records` (one ``orjson`` decode per record, in
+``mapInArrow``), Avro messages by Spark's ``from_avro``; the timestamp and the
+first-failing-check logic are Spark SQL expressions shared by both. Every
+output row keeps its Kafka coordinates and raw bytes; rows that fail a check
+carry ``error_field`` and ``error_reason`` (the first failing check, in the
+order below) instead of being dropped:
 
 1. ``value``: the message is empty or not a JSON object (Avro sources: not a
    record of the source's Avro schema);
@@ -19,9 +22,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from featureflow.errors import RepoError
+from featureflow.events.json_records import (
+    IS_OBJECT,
+    KEY_PRESENT,
+    STAMP,
+    SUPPORTED_TYPES,
+    VALID_PREFIX,
+    JsonRecordParser,
+)
 from featureflow.repo import StreamViewSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
@@ -34,53 +48,83 @@ EVENT_NS = "event_ns"
 ERROR_FIELD = "error_field"
 ERROR_REASON = "error_reason"
 KAFKA_COLUMNS = ("topic", "partition", "offset")
+PASSED_THROUGH = (*KAFKA_COLUMNS, "key", "value")
+"""Columns of the Kafka record that every parsed row keeps."""
 
 _MAX_ABS_MILLIS = (2**63 - 1) // 1_000_000
 """Epoch milliseconds whose nanoseconds still fit in int64 (about +-292 years from 1970)."""
 
 
 _DECODED = "__decoded"
-"""Staging column: the record decoded into the view's schema (JSON or Avro)."""
-_AS_TEXT = "__as_text"
-"""Staging column (JSON): every field of the view as its raw JSON text (null: absent or null)."""
-_IS_OBJECT = "__is_object"
-"""Staging column (JSON): whether the message is a JSON object."""
+"""Staging column (Avro): the record decoded into the view's schema."""
 _ERROR = "__error"
 """Staging column: struct(field, reason) of the first failing check, null when none fails."""
 
 
-def _json_decoders(schema: StructType) -> list[Column]:
-    """Columns that parse the message: typed, as text per field, and whether it is an object.
+def _json_decoded(raw: DataFrame, spec: StreamViewSpec, schema: StructType) -> DataFrame:
+    """The Kafka columns, every declared field typed, and the parser's check columns.
 
-    Each is evaluated once per record in its own projection (see :func:`parse_events`).
+    Parsed on the executors by :class:`~featureflow.events.json_records.JsonRecordParser`
+    in one ``mapInArrow`` pass: one JSON decode per record, where Spark's
+    ``from_json`` needed three (typed, as text, object keys).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType
+    import pyarrow as pa
+    from pyspark.sql.types import StructField, StructType
 
-    text = F.col("value").cast("string")
-    # A string field takes any JSON value as its text (numbers, objects too), so
-    # this struct tells "present" (non-null) apart from "present but the wrong type".
-    as_text = StructType([StructField(field.name, StringType()) for field in schema.fields])
-    is_object = (
-        F.coalesce(F.trim(text).startswith("{"), F.lit(False))
-        & F.json_object_keys(text).isNotNull()
+    def kind(field: StructField) -> str:
+        declared = field.dataType.simpleString()
+        # The timestamp is checked from its text, whatever its declared type (the
+        # output casts the text to that type).
+        if field.name == spec.timestamp_field and declared not in SUPPORTED_TYPES:
+            return "string"
+        return declared
+
+    parser = JsonRecordParser(
+        tuple((field.name, kind(field)) for field in schema.fields),
+        spec.join_key,
+        spec.timestamp_field,
     )
-    return [
-        F.from_json(text, schema).alias(_DECODED),
-        F.from_json(text, as_text).alias(_AS_TEXT),
-        is_object.alias(_IS_OBJECT),
-    ]
+    passed = raw.select(*PASSED_THROUGH)
+    parsed_fields = StructType.fromJson(_spark_schema_json(parser.output_schema())).fields
+    out = StructType(passed.schema.fields + parsed_fields)
+
+    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            parsed = parser(batch.column("value"))
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, *(column.combine_chunks() for column in parsed.columns)],
+                names=[*batch.schema.names, *parsed.column_names],
+            )
+
+    return passed.mapInArrow(parse, out)
+
+
+def _spark_schema_json(schema: pa.Schema) -> dict[str, object]:
+    """Spark's JSON form of a ``StructType`` for the parser's Arrow schema (scalar types)."""
+    import pyarrow as pa
+
+    spark_types = {
+        pa.int64(): "long", pa.int32(): "integer", pa.int16(): "short", pa.int8(): "byte",
+        pa.float64(): "double", pa.float32(): "float", pa.string(): "string",
+        pa.bool_(): "boolean",
+    }  # fmt: skip
+    return {
+        "type": "struct",
+        "fields": [
+            {"name": f.name, "type": spark_types[f.type], "nullable": f.nullable, "metadata": {}}
+            for f in schema
+        ],
+    }
 
 
 def _json_checks(spec: StreamViewSpec) -> list[Check]:
-    """The checks of a JSON message's shape and entity key (on the staged columns)."""
+    """The checks of a JSON message's shape and entity key (on the parser's columns)."""
     from pyspark.sql import functions as F
 
-    decoded, as_text = F.col(_DECODED), F.col(_AS_TEXT)
     return [
-        (~F.col(_IS_OBJECT), "value", "not a JSON object"),
-        (as_text[spec.join_key].isNull(), spec.join_key, "missing or null entity key"),
-        (decoded[spec.join_key].isNull(), spec.join_key, "entity key is not an integer"),
+        (~F.col(IS_OBJECT), "value", "not a JSON object"),
+        (~F.col(KEY_PRESENT), spec.join_key, "missing or null entity key"),
+        (~F.col(VALID_PREFIX + spec.join_key), spec.join_key, "entity key is not an integer"),
     ]
 
 
@@ -164,15 +208,16 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         msg = f"view {spec.name!r}: the JSON schema {spec.json_schema!r} is not a list of fields"
         raise RepoError(msg)
     avro = spec.avro_schema is not None
-    passed_through = [F.col(name) for name in (*KAFKA_COLUMNS, "key", "value")]
     # Stage by stage, so that Spark evaluates each costly expression (decoding,
     # timestamp parsing, the checks) once per record: a condition that names the
     # decoded struct in one big projection re-decodes the message in every branch
     # of the CASE.
-    decoders = [_avro_decoder(spec)] if avro else _json_decoders(schema)
-    decoded = raw.select(*passed_through, *decoders)
-
-    stamp = F.col(_DECODED)[spec.timestamp_field].cast("string")
+    if avro:
+        decoded = raw.select(*PASSED_THROUGH, _avro_decoder(spec))
+        stamp = F.col(_DECODED)[spec.timestamp_field].cast("string")
+    else:
+        decoded = _json_decoded(raw, spec, schema)
+        stamp = F.col(STAMP)
     is_millis = F.coalesce(stamp.rlike(r"^-?[0-9]+$"), F.lit(False))
     # Only digit strings are cast: try_cast catches an exception per value it can't
     # cast, which made casting every RFC 3339 stamp the costliest step of parsing.
@@ -204,19 +249,19 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         for field in schema.fields:
             if field.name in (spec.join_key, spec.timestamp_field):
                 continue
-            present = F.col(_AS_TEXT)[field.name].isNotNull()
-            wrong_type = present & F.col(_DECODED)[field.name].isNull()
+            wrong_type = ~F.col(VALID_PREFIX + field.name)
             checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
 
     checked = with_first_failing(timed, checks)
+    typed = (F.col(_DECODED)[field.name] if avro else F.col(field.name) for field in schema.fields)
     return checked.select(
         *(
-            F.col(_DECODED)[field.name].cast(field.dataType).alias(field.name)
-            for field in schema.fields
+            column.cast(field.dataType).alias(field.name)
+            for column, field in zip(typed, schema.fields, strict=True)
         ),
         EVENT_TIME,
         EVENT_NS,
         ERROR_FIELD,
         ERROR_REASON,
-        *passed_through,
+        *PASSED_THROUGH,
     )
