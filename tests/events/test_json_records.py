@@ -58,6 +58,13 @@ def test_unsupported_declarations_are_refused_with_the_field_named() -> None:
         JsonRecordParser((("k", "bigint"),), "k", "ts")
 
 
+def test_a_timestamp_field_of_any_type_is_read_as_its_text() -> None:
+    parser = JsonRecordParser((("k", "bigint"), ("ts", "timestamp")), "k", "ts")
+    assert parser.fields == (("k", "bigint"), ("ts", "string"))
+    row = parser([b'{"k":1,"ts":"2026-11-30T00:00:00Z"}']).to_pylist()[0]
+    assert row["ts"] == row[STAMP] == "2026-11-30T00:00:00Z"
+
+
 _scalars = (
     st.none()
     | st.booleans()

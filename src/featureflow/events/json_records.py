@@ -127,11 +127,20 @@ class JsonRecordParser:
     """Parses message values of one view's JSON schema (see the module docstring)."""
 
     fields: tuple[tuple[str, str], ...]
-    """(name, Spark DDL type) of every declared field, in the DDL's order."""
+    """(name, Spark DDL type) of every declared field, in the DDL's order. The timestamp
+    field may be of any type: it is checked from its text, and read as text when its type
+    is not one of :data:`SUPPORTED_TYPES` (Spark then casts the text to that type)."""
     join_key: str
     timestamp_field: str
 
     def __post_init__(self) -> None:
+        as_read = tuple(
+            (name, "string")
+            if name == self.timestamp_field and kind not in _ARROW_TYPES
+            else (name, kind)
+            for name, kind in self.fields
+        )
+        object.__setattr__(self, "fields", as_read)
         names = [name for name, _ in self.fields]
         for name, kind in self.fields:
             if kind not in _ARROW_TYPES:

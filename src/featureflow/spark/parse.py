@@ -26,7 +26,6 @@ from featureflow.events.json_records import (
     IS_OBJECT,
     KEY_PRESENT,
     STAMP,
-    SUPPORTED_TYPES,
     VALID_PREFIX,
     JsonRecordParser,
 )
@@ -69,24 +68,16 @@ def _json_decoded(raw: DataFrame, spec: StreamViewSpec, schema: StructType) -> D
     ``from_json`` needed three (typed, as text, object keys).
     """
     import pyarrow as pa
-    from pyspark.sql.types import StructField, StructType
-
-    def kind(field: StructField) -> str:
-        declared = field.dataType.simpleString()
-        # The timestamp is checked from its text, whatever its declared type (the
-        # output casts the text to that type).
-        if field.name == spec.timestamp_field and declared not in SUPPORTED_TYPES:
-            return "string"
-        return declared
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType
 
     parser = JsonRecordParser(
-        tuple((field.name, kind(field)) for field in schema.fields),
+        tuple((field.name, field.dataType.simpleString()) for field in schema.fields),
         spec.join_key,
         spec.timestamp_field,
     )
     passed = raw.select(*PASSED_THROUGH)
-    parsed_fields = StructType.fromJson(_spark_schema_json(parser.output_schema())).fields
-    out = StructType(passed.schema.fields + parsed_fields)
+    out = StructType(passed.schema.fields + from_arrow_schema(parser.output_schema()).fields)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -97,24 +88,6 @@ def _json_decoded(raw: DataFrame, spec: StreamViewSpec, schema: StructType) -> D
             )
 
     return passed.mapInArrow(parse, out)
-
-
-def _spark_schema_json(schema: pa.Schema) -> dict[str, object]:
-    """Spark's JSON form of a ``StructType`` for the parser's Arrow schema (scalar types)."""
-    import pyarrow as pa
-
-    spark_types = {
-        pa.int64(): "long", pa.int32(): "integer", pa.int16(): "short", pa.int8(): "byte",
-        pa.float64(): "double", pa.float32(): "float", pa.string(): "string",
-        pa.bool_(): "boolean",
-    }  # fmt: skip
-    return {
-        "type": "struct",
-        "fields": [
-            {"name": f.name, "type": spark_types[f.type], "nullable": f.nullable, "metadata": {}}
-            for f in schema
-        ],
-    }
 
 
 def _json_checks(spec: StreamViewSpec) -> list[Check]:
