@@ -1,4 +1,10 @@
-"""DuckDB as the independent oracle for the window functions."""
+"""DuckDB as the independent oracle for the window functions.
+
+DuckDB's aggregates over doubles follow IEEE arithmetic: a frame holding +inf
+sums (and averages) to +inf, one holding both infinities to NaN, var/std of two
+or more values one of them infinite are NaN; min/max/first/last/count_distinct
+take infinities as ordinary values. NaN is turned into NULL (skipped) first.
+"""
 
 from __future__ import annotations
 
@@ -31,16 +37,26 @@ def frame_table(ts: np.ndarray, values: pa.Array, keys: object) -> pa.Table:
 
 
 def rolling(
-    ts: np.ndarray, values: pa.Array, window_ns: int, aggs: list[str], keys: object = None
-) -> dict[str, np.ndarray]:
-    """``agg(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN W PRECEDING AND CURRENT ROW)``."""
+    ts: np.ndarray,
+    values: pa.Array,
+    window_ns: int,
+    aggs: list[str],
+    keys: object = None,
+    hop: int | None = None,
+) -> dict[str, pa.ChunkedArray]:
+    """``agg(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN W PRECEDING AND CURRENT ROW)``;
+    with ``hop`` the frame reaches back to ``floor((ts - W) / hop) * hop`` (a per-row
+    offset). Results in input order, nulls kept."""
     rows = frame_table(ts, values, keys)
-    frame = f"PARTITION BY k ORDER BY ts RANGE BETWEEN {window_ns} PRECEDING AND CURRENT ROW"
+    preceding = str(window_ns)
+    if hop is not None:
+        preceding = f"(ts - floor((ts - {window_ns}) / {hop})::BIGINT * {hop})"
+    frame = f"PARTITION BY k ORDER BY ts RANGE BETWEEN {preceding} PRECEDING AND CURRENT ROW"
     selects = ", ".join(f'{SQL_AGG[a]} OVER ({frame}) AS "{a}"' for a in aggs)
     con = duckdb.connect()
     con.register("rows", rows)
     result = con.sql(f"SELECT {selects} FROM rows ORDER BY rid").to_arrow_table()
-    return {a: result[a].to_numpy(zero_copy_only=False) for a in aggs}
+    return {a: result[a] for a in aggs}
 
 
 def _aggs_sql(aggs: list[str]) -> str:

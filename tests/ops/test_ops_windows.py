@@ -60,7 +60,7 @@ def test_hopping_matches_duckdb(data: Rows, size: int, step: int) -> None:
     if data.keys is not None:
         assert _keys(table) == expected["k"].to_pylist()
     for agg in ALL:
-        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+        assert_matches(table[agg], expected[agg], agg)
 
 
 def assert_sessions_match(
@@ -74,7 +74,7 @@ def assert_sessions_match(
     if keyed:
         assert _keys(table) == expected["k"].to_pylist()
     for agg in aggs:
-        assert_matches(table[agg], expected[agg].to_numpy(zero_copy_only=False), agg)
+        assert_matches(table[agg], expected[agg], agg)
 
 
 @settings(max_examples=40, deadline=None)
