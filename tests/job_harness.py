@@ -106,11 +106,13 @@ def run_job(
     return log
 
 
-def assert_sessions_equal(repo: Path, events: pa.Table) -> None:
+def assert_sessions_equal(repo: Path, events: pa.Table, watermark_ns: int | None = None) -> None:
     """``user_sessions`` online and offline equal DuckDB's sessions of ``events``.
 
-    Online: each user's latest session. Offline: every session the watermark
-    (latest event time - delay) has closed, each exactly once.
+    Online: each user's latest session. Offline: every session the final
+    watermark has closed, each exactly once; ``watermark_ns`` defaults to the
+    latest event time minus the delay (one Kafka partition, or partitions that
+    end together).
     """
     from feast import FeatureStore
 
@@ -136,7 +138,11 @@ def assert_sessions_equal(repo: Path, events: pa.Table) -> None:
         (want.column("last_ns").to_numpy() - want.column("start_ns").to_numpy()) / 1e9,
     )
 
-    watermark = int(events.column("event_ns").to_numpy().max()) - WATERMARK_DELAY_NS
+    watermark = (
+        int(events.column("event_ns").to_numpy().max()) - WATERMARK_DELAY_NS
+        if watermark_ns is None
+        else watermark_ns
+    )
     closed = oracle.filter(pa.array(last_ns + GAP_NS < watermark))
     history = read_history(str(repo / "data" / "offline"), "user_sessions")
     assert history.num_rows == closed.num_rows, "every closed session exactly once"

@@ -52,6 +52,19 @@ class JobError(FeatureflowError):
     """The streaming job was configured wrongly or failed."""
 
 
+class StateError(JobError):
+    """The stream job's window state can't be read (a truncated or corrupt file)."""
+
+    @classmethod
+    def unreadable(cls, path: str, cause: object) -> StateError:
+        return cls(
+            f"the window state file {path} is truncated or unreadable ({cause}); versions are "
+            "written whole and moved into place, so its storage lost data: restore the file "
+            "from a backup, or start the job on a new --checkpoint (state and offsets are "
+            "rebuilt from the topic's retained records)"
+        )
+
+
 class SchemaError(FeatureflowError):
     """A feature schema (``schemas/<view>.mojo``) could not be read or used."""
 

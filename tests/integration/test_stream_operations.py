@@ -15,6 +15,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from duckdb_oracle import END_NS, events_table, latest_features
 from job_harness import (
@@ -24,6 +25,7 @@ from job_harness import (
     consume,
     env,
     job_command,
+    run,
     run_job,
     topic_with,
 )
@@ -114,6 +116,93 @@ def test_sessions_and_dead_letters_with_both_views_on_one_topic(
         assert by_value[value]["featureflow.field"] == "event_timestamp"
 
     assert_sessions_equal(feature_repo_copy, events_table(good))
+
+
+FUTURE_SKEW_S = 3_600  # --max-future-skew's default
+
+
+def _pin_batch_clock(checkpoint: Path, clock_ns: int, batches: int) -> None:
+    """Record ``clock_ns`` as the driver's clock of the first ``batches`` micro-batches, as
+    their first run would have (the job takes a replayed batch's clock from there)."""
+    for view in ("user_txn_stats", "user_sessions"):
+        clock = checkpoint / view / "featureflow-state" / "clock"
+        clock.mkdir(parents=True)
+        for batch in range(batches):
+            (clock / f"batch-{batch}.json").write_text(json.dumps({"clock_ns": clock_ns}))
+
+
+def test_poison_events_are_dead_lettered_once_and_every_feature_stays_exact(
+    kafka_bootstrap: str, feature_repo_copy: Path, tmp_path: Path
+) -> None:
+    """Non-finite amounts and events in the future go to the dead letters with their
+    reason; they neither reach a window nor become a latest row nor move the watermark."""
+    topic = f"test-poison-{uuid.uuid4().hex[:10]}"
+    kafka_broker.create_topic(kafka_bootstrap, topic, partitions=1)
+    good = sample.generate(
+        1200, users=20, seed=43, end_ns=END_NS, span_s=4 * 3600, out_of_order_share=0.0
+    )
+    clock_ms = END_NS // 10**6 + 600_000  # the driver's clock: 10 minutes after the events
+    bound_ms = clock_ms + FUTURE_SKEW_S * 1000  # the newest event time still accepted
+
+    def event(user: int, amount: str, stamp: object) -> bytes:
+        return b'{"user_id": %d, "amount": %s, "event_timestamp": %s}' % (
+            user, amount.encode(), json.dumps(stamp).encode())  # fmt: skip
+
+    poison = [
+        (event(1, "1e400", MS), "amount", "not a finite number"),
+        (event(2, "-1e400", MS), "amount", "not a finite number"),
+        (event(3, '"Infinity"', MS), "amount", "not a finite number"),
+        (event(4, '"-Infinity"', MS), "amount", "not a finite number"),
+        (event(5, '"NaN"', MS), "amount", "not a finite number"),
+        (event(1, "7.0", "2100-01-01T00:00:00Z"), "event_timestamp", "in the future"),
+        (event(6, "7.0", bound_ms + 1), "event_timestamp", "in the future"),
+    ]
+    at_bound = event(7, "3.0", bound_ms)  # exactly at the bound: accepted
+    records = list(sample.to_json(good))
+    kafka_client.produce(kafka_bootstrap, topic, records[:400])
+    kafka_client.produce(kafka_bootstrap, topic, [(b"poison", value) for value, _, _ in poison])
+    kafka_client.produce(kafka_bootstrap, topic, records[400:])
+    kafka_client.produce(kafka_bootstrap, topic, [(b"bound", at_bound)])
+    apply(feature_repo_copy, topic)
+    checkpoint = tmp_path / "checkpoint"
+    _pin_batch_clock(checkpoint, clock_ms * 10**6, batches=20)
+
+    log = run_job(feature_repo_copy, kafka_bootstrap, checkpoint,
+                  "--max-offsets-per-trigger", "300")  # fmt: skip
+
+    reasons: Counter[str] = Counter()
+    for m in _metrics(log):
+        if m["view"] == "user_txn_stats":
+            reasons.update(m["dead_letters"])  # type: ignore[arg-type]
+    assert reasons == Counter(reason for _, _, reason in poison)
+    letters = consume(kafka_bootstrap, f"{topic}.dlq", len(poison) + 3)
+    assert sorted(value for value, _ in letters) == sorted(value for value, _, _ in poison)
+    by_value = dict(letters)
+    for value, field, reason in poison:
+        headers = by_value[value]
+        assert (headers["featureflow.field"], headers["featureflow.reason"]) == (field, reason)
+
+    accepted = sample.SampleEvents(
+        user_id=np.append(good.user_id, 7), event_ns=np.append(good.event_ns, bound_ms * 10**6),
+        amount=np.append(good.amount, 3.0), merchant=np.append(good.merchant, ""),
+        millis_encoded=np.append(good.millis_encoded, True),
+    )  # fmt: skip
+    assert_online_rolling_equal(feature_repo_copy, latest_features(events_table(accepted)))
+    assert_sessions_equal(feature_repo_copy, events_table(accepted))
+
+    # A truncated state file stops the next run with a message naming it.
+    state = checkpoint / "user_txn_stats" / "featureflow-state"
+    truncated = sorted(state.rglob("part-*/batch-*.arrow"))
+    assert truncated
+    for path in truncated:
+        path.write_bytes(path.read_bytes()[:100])
+    on_time = [(b"k", event(user, "1.0", bound_ms - user)) for user in range(1, 21)]
+    kafka_client.produce(kafka_bootstrap, topic, on_time)  # every user: every partition loads
+    rerun = run(job_command(feature_repo_copy, kafka_bootstrap, checkpoint, "--available-now"))
+    assert rerun.returncode == 1
+    log = rerun.stdout + rerun.stderr
+    assert "is truncated or unreadable" in log and "new --checkpoint" in log, log[-3000:]
+    assert any(str(path) in log for path in truncated), log[-3000:]
 
 
 def test_sigterm_stops_at_a_batch_boundary_and_the_restart_continues(

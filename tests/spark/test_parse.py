@@ -43,6 +43,15 @@ CASES: list[tuple[bytes | None, str | None, str | None, int | None]] = [
      "outside the years 1677-2262", None),
     (b'{"user_id":3,"event_timestamp":-9223372036854}', None, None,
      -9_223_372_036_854_000_000),
+    # non-finite numbers: by overflow and by word
+    (b'{"user_id":4,"amount":1e400,"event_timestamp":1}', "amount", "not a finite number", None),
+    (b'{"user_id":4,"amount":-1e400,"event_timestamp":1}', "amount", "not a finite number", None),
+    (b'{"user_id":4,"amount":"Infinity","event_timestamp":1}', "amount", "not a finite number",
+     None),
+    (b'{"user_id":4,"amount":"-INF","event_timestamp":1}', "amount", "not a finite number", None),
+    (b'{"user_id":4,"amount":"NaN","event_timestamp":1}', "amount", "not a finite number", None),
+    (b'{"user_id":4,"amount":1.7976931348623157e308,"event_timestamp":1}', None, None, 1_000_000),
+    (b'{"user_id":4,"amount":NaN,"event_timestamp":1}', "value", "not a JSON object", None),
 ]  # fmt: skip
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from featureflow.errors import JobError
+from featureflow.errors import JobError, StateError
 from featureflow.spark.state import StateStore
+from featureflow.spark.watermarks import PartitionWatermarks
 
 
 def _events(*ns: int) -> pa.Table:
@@ -36,17 +38,62 @@ def test_a_replayed_batch_sees_the_same_input_and_overwrites_its_output(tmp_path
     assert store.load_events(0, before_batch=6) == _events(10, 12)
 
 
-def test_versions_older_than_the_previous_batch_are_deleted(tmp_path: Path) -> None:
+def _watermarks(max_ns: int) -> PartitionWatermarks:
+    return PartitionWatermarks(10).advance({0: max_ns}, clock_ns=1, idle_timeout_ns=100)
+
+
+def test_versions_older_than_the_newest_before_the_batch_are_deleted(tmp_path: Path) -> None:
     store = StateStore(str(tmp_path), partitions=1)
     for batch in range(5):
         store.save_events(0, batch, _events(batch))
-        store.save_max_event_ns(batch, batch * 100)
+        store.save_watermarks(batch, _watermarks(batch * 100))
     files = sorted(p.name for p in tmp_path.rglob("batch-*"))
     assert files == ["batch-3.arrow", "batch-3.json", "batch-4.arrow", "batch-4.json"]
-    assert store.load_max_event_ns(before_batch=4) == 300
-    assert store.load_max_event_ns(before_batch=5) == 400
-    assert store.load_max_event_ns(before_batch=3) is None
+    assert store.load_watermarks(before_batch=4, delay_ns=10).watermark_ns == 300 - 10
+    assert store.load_watermarks(before_batch=5, delay_ns=10).watermark_ns == 400 - 10
+    assert store.load_watermarks(before_batch=3, delay_ns=10) == PartitionWatermarks(10)
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_partition_that_skipped_batches_keeps_the_version_its_replay_reads(
+    tmp_path: Path,
+) -> None:
+    """Version 3, then nothing until batch 7: saving 7 must keep 3, since a crash before
+    Spark commits 7 replays it from 3 (deleting versions below 7 - 1 lost it)."""
+    store = StateStore(str(tmp_path), partitions=1)
+    store.save_events(0, 3, _events(3))
+    store.save_events(0, 7, _events(3, 7))
+    assert store.load_events(0, before_batch=7) == _events(3)  # the replay of 7
+    store.save_events(0, 7, _events(3, 7))  # the replay rewrites 7 ...
+    assert store.load_events(0, before_batch=7) == _events(3)  # ... and 3 is still there
+    store.save_events(0, 9, _events(3, 7, 9))  # Spark committed 7 before starting 9
+    assert sorted(p.name for p in tmp_path.rglob("batch-*")) == ["batch-7.arrow", "batch-9.arrow"]
+    assert store.load_events(0, before_batch=9) == _events(3, 7)
+
+
+def test_a_truncated_state_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), partitions=1)
+    store.save_events(0, 2, _events(1, 2, 3))
+    (path,) = tmp_path.rglob("batch-2.arrow")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(StateError, match=re.escape(str(path))) as raised:
+        store.load_events(0, before_batch=3)
+    assert "new --checkpoint" in str(raised.value)
+    store.save_watermarks(2, _watermarks(5))
+    (marks,) = tmp_path.rglob("watermarks/batch-2.json")
+    marks.write_text('{"delay_ns": 10, "watermark')
+    with pytest.raises(StateError, match=re.escape(str(marks))):
+        store.load_watermarks(before_batch=3, delay_ns=10)
+
+
+def test_a_replayed_batch_keeps_the_clock_of_its_first_run(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), partitions=1)
+    assert store.batch_clock_ns(4, now_ns=1_000) == 1_000
+    assert store.batch_clock_ns(4, now_ns=9_000) == 1_000  # the replay of 4
+    assert store.batch_clock_ns(5, now_ns=9_000) == 9_000
+    assert sorted(p.name for p in tmp_path.rglob("clock/batch-*")) == [
+        "batch-4.json", "batch-5.json",
+    ]  # fmt: skip
 
 
 def test_restarting_with_another_partition_count_is_refused(tmp_path: Path) -> None:

@@ -210,3 +210,14 @@ def test_tiles_merge_std_without_cancellation_near_1e9() -> None:
             history.column(name).to_numpy(), expected.column(name).to_numpy(), rtol=1e-6,
             err_msg=name,
         )  # fmt: skip
+
+
+def test_a_batch_without_new_events_closes_sessions_with_online_rows_of_the_online_schema() -> None:
+    """A shuffle partition that gets no events in a batch still closes its sessions once the
+    watermark passes them; its (empty) online rows keep the online schema, which the schema
+    gate checks (they had the raw sessions' columns, and the gate stopped the job)."""
+    events = events_table(sample.generate(200, users=5, seed=3, end_ns=END_NS, span_s=3600))
+    rows, history, kept = session_outputs(events, 0, SESSIONS_SPEC, END_NS + 10 * 3600 * 10**9)
+    with_new, _, _ = session_outputs(events, events.num_rows, SESSIONS_SPEC, END_NS)
+    assert rows.num_rows == 0 and rows.schema == with_new.schema
+    assert history.num_rows > 0 and kept.num_rows == 0

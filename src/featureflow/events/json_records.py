@@ -25,7 +25,9 @@ strings ``NaN``, ``Infinity``, ``+Infinity``, ``+INF``, ``-Infinity`` and
 (a non-string as its JSON text, as Spark does). Differences from Spark's
 parser: the message must be standard JSON (RFC 8259: no single quotes, no
 bare ``NaN``, nothing after the object), and a non-string value of a string
-field is re-serialised compactly rather than kept byte for byte.
+field is re-serialised compactly rather than kept byte for byte. A number
+beyond a double's range (``1e400``) reads as +-infinity, as in Spark; the
+stream job then dead-letters it as not finite.
 """
 
 from __future__ import annotations
@@ -112,6 +114,26 @@ def _converter(kind: str) -> Converter:
     return _boolean
 
 
+def _loads_overflowing(message: bytes, error: orjson.JSONDecodeError) -> object:
+    """The record orjson refused only because a number overflows a double (``1e400``).
+
+    Standard JSON allows such numbers and Spark reads them as +-infinity; so does
+    this (the ``not a finite number`` check then names the field), instead of
+    calling the whole message "not a JSON object". Anything else stays refused.
+    """
+    if "is infinity" not in str(error):
+        return None
+    import json
+
+    def refuse(constant: str) -> float:  # bare NaN/Infinity are not standard JSON
+        raise ValueError(constant)
+
+    try:
+        return json.loads(message, parse_constant=refuse)
+    except ValueError:
+        return None
+
+
 def _stamp_text(value: object) -> str | None:
     if value is None or type(value) is str:
         return value
@@ -187,8 +209,8 @@ class JsonRecordParser:
         for message in raw:
             try:
                 record = loads(message) if message is not None else None
-            except orjson.JSONDecodeError:
-                record = None
+            except orjson.JSONDecodeError as error:
+                record = _loads_overflowing(message, error)
             if type(record) is not dict:
                 is_object.append(False)
                 key_present.append(False)

@@ -10,8 +10,10 @@ reached event time ``m`` (the partition's *stream time*, ns):
   ``watermark_delay_threshold``: the stream job would drop such an event as
   "later than the watermark" once ``m`` had been seen in an earlier micro-batch.
 
-(The job's watermark advances per micro-batch over all partitions; this
-per-event view is what a batch boundary anywhere could make of each event.)
+(The job's watermark is the minimum of such per-partition watermarks over
+the partitions, advanced per micro-batch (:mod:`featureflow.spark.watermarks`),
+so it drops at most the events flagged late here: those a batch boundary
+anywhere could make late, once every partition had moved on.)
 """
 
 from __future__ import annotations

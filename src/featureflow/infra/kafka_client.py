@@ -13,8 +13,12 @@ def produce(
     records: Iterable[tuple[bytes | None, bytes | None]],
     *,
     timeout_s: float = 60.0,
+    partition: int | None = None,
 ) -> int:
     """Send (key, value) records to ``topic`` and wait until all are acknowledged.
+
+    ``partition``: write every record to this partition (default: the producer's
+    partitioner, which hashes the key).
 
     Returns:
         The number of records acknowledged by the broker.
@@ -44,10 +48,11 @@ def produce(
         if error is not None:
             failures.append(str(error))
 
+    where = {} if partition is None else {"partition": partition}
     for key, value in records:
         while True:
             try:
-                producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **where)
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: let deliveries drain

@@ -8,8 +8,11 @@ the field ``_ts:{view}`` holds the event time as a serialised
 
 Ordering and atomicity, per chunk of ``CHUNK`` entities (optimistic locking):
 ``WATCH`` the chunk's keys, read their ``_ts`` (one small Lua call that only
-reads), keep the entities whose new event time is strictly newer (Feast's own
-rule), then ``MULTI``, one ``HSET`` per kept entity, ``EXEC``. If another
+reads), keep the entities whose new event time is not older than the stored
+one, then ``MULTI``, one ``HSET`` per kept entity, ``EXEC``. An equal event
+time replaces, as on SQLite (:mod:`featureflow.online.write` states the rule):
+Feast's own writer skips it, which kept stale values when a later
+micro-batch recomputed an entity's features for the same latest event. If another
 client changed a watched key in between, ``EXEC`` does nothing and the chunk
 is read and decided again. So a chunk is applied whole or not at all, each
 entity is always all old or all new, and an older event never replaces a
@@ -414,9 +417,9 @@ def _drive(lanes: list[Generator[None, None, tuple[int, Exception | None]]]
 
 def _newer(stored: list[bytes | None], new_seconds: npt.NDArray[np.int64],
            new_nanos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """Which entities have no stored ``_ts`` or a stored one strictly older than the new."""
+    """Which entities have no stored ``_ts`` or one not newer than the new (equal replaces)."""
     old = [b"" if v is None else v for v in stored]
     old_seconds, old_nanos = decode_timestamps(B.from_arrow(pa.array(old, pa.binary())))
     exists = np.array([v is not None for v in stored], dtype=bool)
     return ~exists | (new_seconds > old_seconds) | (
-        (new_seconds == old_seconds) & (new_nanos > old_nanos))
+        (new_seconds == old_seconds) & (new_nanos >= old_nanos))

@@ -32,8 +32,7 @@ class WriteStats:
     written: int
     """Entities whose stored features were created or replaced."""
     skipped: int
-    """Entities left alone because the store already held a newer (or, on Redis,
-    the same) event time."""
+    """Entities left alone because the store already held a newer event time."""
     seconds: float
     """Wall time of the call, seconds."""
 
@@ -64,6 +63,16 @@ def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
     one, the created timestamp column. Per entity only the latest row is written,
     and only when it is not older than what the store holds; the bytes are exactly
     Feast's, so ``store.get_online_features`` reads them back.
+
+    The ordering rule, the same on both stores: a row replaces the stored one
+    when its event time is newer **or equal**; an older event time never
+    replaces a newer one. Equal times replace because the stream job rewrites
+    an entity's features for the same latest event when a later micro-batch
+    brings an older (out-of-order) event into its windows; micro-batches write
+    in order (Spark starts one only after committing the one before), so among
+    equal event times the later batch wins, and a replayed batch rewrites what
+    it wrote. SQLite keeps event times in whole seconds (Feast's layout), so
+    there "equal" means the same second.
 
     SQLite: one transaction, all or nothing. Redis (``redis_type: redis``): each
     chunk of ``featureflow.online.redis.CHUNK`` entities is applied whole or not

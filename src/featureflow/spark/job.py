@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from featureflow.errors import FeatureflowError, SchemaMismatchError
+from featureflow.spark.watermarks import DEFAULT_FUTURE_SKEW_NS, DEFAULT_IDLE_TIMEOUT_NS
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -66,10 +67,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--master", help="Spark master URL (default: spark-submit's, else local[*])"
     )
     parser.add_argument(
+        "--idle-partition-timeout", type=_duration("--idle-partition-timeout"),
+        default=DEFAULT_IDLE_TIMEOUT_NS, metavar="DURATION",
+        help="a Kafka partition without new records for this long (driver clock) stops "
+        "holding the watermark back, and rejoins when it has records again "
+        f"(default {DEFAULT_IDLE_TIMEOUT_NS // 10**9} s; e.g. '90s', '5m')",
+    )
+    parser.add_argument(
+        "--max-future-skew", type=_duration("--max-future-skew"),
+        default=DEFAULT_FUTURE_SKEW_NS, metavar="DURATION",
+        help="events more than this ahead of the driver's clock at their micro-batch are "
+        f"dead letters 'in the future' (default {DEFAULT_FUTURE_SKEW_NS // 10**9} s)",
+    )
+    parser.add_argument(
         "--kafka-option", action="append", default=[], metavar="KEY=VALUE",
         help="extra Kafka client setting (SASL/SSL, ...); repeatable",
     )  # fmt: skip
     return parser
+
+
+def _duration(option: str) -> Callable[[str], int]:
+    """An argparse type: a duration such as '90s' or '5m' as int nanoseconds."""
+    from featureflow.ops._durations import duration_ns
+
+    def parse(text: str) -> int:
+        try:
+            return duration_ns(text, option)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
 
 
 def _kafka_options(pairs: list[str]) -> dict[str, str]:
@@ -145,6 +172,8 @@ def _run(args: argparse.Namespace) -> int:
         dead_letter_topic=args.dead_letter_topic,
         offline_path=args.offline_path,
         kafka_options=_kafka_options(args.kafka_option),
+        idle_partition_timeout_ns=args.idle_partition_timeout,
+        max_future_skew_ns=args.max_future_skew,
     )
     exporter = None
     if args.metrics_port:

@@ -52,6 +52,13 @@ class BatchReport:
     duration_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
+    watermark_lag_s: dict[str, float] = field(default_factory=dict)
+    """Per Kafka partition (its number as text): the driver's clock at the batch minus the
+    partition's watermark (its largest event time minus the delay), seconds. A growing
+    value means the partition's events lag (or the partition is idle)."""
+    idle_partitions: list[int] = field(default_factory=list)
+    """Kafka partitions that, idle for longer than ``--idle-partition-timeout``, did not
+    hold the view's watermark back at the end of this batch."""
     phases_s: dict[str, float] = field(default_factory=dict)
     """Where the time went: the driver's Spark jobs (wall s) and the executors' phases
     (seconds summed over partitions, which run in parallel)."""

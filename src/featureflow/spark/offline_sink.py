@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from featureflow.spark import failpoints
 from featureflow.spark.state import filesystem_of
 
 
@@ -39,6 +40,7 @@ class OfflineFeatureLog:
         filesystem.create_dir(directory, recursive=True)
         final = f"{directory}/part-{partition:05d}.parquet"
         pq.write_table(history, f"{final}.tmp", filesystem=filesystem)
+        failpoints.reach("mid_offline_write", batch)
         filesystem.move(f"{final}.tmp", final)
 
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from featureflow import features, ops, tiles
 from featureflow.repo import SESSION_START, StreamViewSpec
+from featureflow.spark import failpoints
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.parse import EVENT_NS
@@ -160,7 +161,9 @@ def session_outputs(
     events, is_new = in_time_order(events, new_rows)
     sessions = features.session_features(events, spec)
     new_keys = events.column(spec.join_key).filter(pa.array(is_new))
-    rows = online_rows(sessions, spec, entities=new_keys) if new_rows else sessions.slice(0, 0)
+    # Without new events no entity is touched: no rows, but in the online rows' schema
+    # (a partition can close sessions in a batch that brought it nothing).
+    rows = online_rows(sessions, spec, entities=new_keys)
     last_ns = sessions.column(EVENT_NS)
     closed = pc.less(pc.add(last_ns, spec.session_gap_ns), watermark_ns)
     history = with_event_timestamp(sessions.filter(closed), spec)
@@ -249,7 +252,11 @@ class OnlineFeatureWriter:
             check_batch(rows.schema, self.feature_schema)
             check_batch(history.schema, self.feature_schema)
         if rows.num_rows:
-            write_online(_store(str(Path(self.repo_path))), self.spec, rows)
+            store = _store(str(Path(self.repo_path)))
+            if failpoints.armed("mid_online_write", self.batch_id):
+                write_online(store, self.spec, rows.slice(0, rows.num_rows // 2))
+                failpoints.reach("mid_online_write", self.batch_id)
+            write_online(store, self.spec, rows)
         clock.lap("online_write")
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
         freshness = freshness_histogram(new_ns, time.time_ns())

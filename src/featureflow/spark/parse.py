@@ -14,7 +14,14 @@ order below) instead of being dropped:
 3. the event timestamp: missing, neither RFC 3339 text nor epoch milliseconds,
    or outside what epoch nanoseconds in int64 represent (years 1677-2262);
 4. any other declared field: present but of the wrong type (a null is fine;
-   Avro records are typed by their schema, so this check is JSON's only).
+   Avro records are typed by their schema, so this check is JSON's only);
+5. a ``double`` or ``float`` field that is NaN or infinite ("not a finite
+   number": ``1e400``, ``-1e400`` and the words ``NaN``/``Infinity`` parse to
+   them, and one such value would poison every window it falls in).
+
+The event-time rules that need the micro-batch's clock and watermark
+(events in the future, late events) are applied by the pipeline
+(:func:`featureflow.spark.pipeline.mark_event_time`).
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ ERROR_REASON = "error_reason"
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 PASSED_THROUGH = (*KAFKA_COLUMNS, "key", "value")
 """Columns of the Kafka record that every parsed row keeps."""
+
+NOT_FINITE_REASON = "not a finite number"
 
 _MAX_ABS_MILLIS = (2**63 - 1) // 1_000_000
 """Epoch milliseconds whose nanoseconds still fit in int64 (about +-292 years from 1970)."""
@@ -218,12 +227,16 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         ),
         (F.col(EVENT_NS).isNull(), spec.timestamp_field, out_of_range),
     ]
-    if not avro:
-        for field in schema.fields:
-            if field.name in (spec.join_key, spec.timestamp_field):
-                continue
+    for field in schema.fields:
+        if field.name in (spec.join_key, spec.timestamp_field):
+            continue
+        if not avro:
             wrong_type = ~F.col(VALID_PREFIX + field.name)
             checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
+        if field.dataType.simpleString() in ("double", "float"):
+            value = F.col(_DECODED)[field.name] if avro else F.col(field.name)
+            not_finite = F.isnan(value) | (F.abs(value) == F.lit(float("inf")))
+            checks.append((not_finite, field.name, NOT_FINITE_REASON))
 
     checked = with_first_failing(timed, checks)
     typed = (F.col(_DECODED)[field.name] if avro else F.col(field.name) for field in schema.fields)

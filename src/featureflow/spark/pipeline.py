@@ -2,19 +2,29 @@
 
 One Structured Streaming query per topic: the views reading it share the
 Kafka read and the parse, and each micro-batch (``foreachBatch``) is parsed
-once in Spark SQL, cached, and handed to every view; unusable records are counted and
-logged with their Kafka coordinates and reason; good events are hash
-partitioned by entity and handed, as Arrow batches, to
+once, checked against the event-time rules, cached, summarised in one Spark
+job and handed to every view; unusable records are counted and logged with
+their Kafka coordinates and reason; good events are hash partitioned by
+entity and handed, as Arrow batches, to
 :class:`~featureflow.spark.online_sink.OnlineFeatureWriter` on the executors.
 Nothing but per-partition stats comes back to the driver. Unusable records
 also go, untouched, to a dead-letter topic (:mod:`featureflow.spark.dead_letter`).
 
 Windows span micro-batches: each partition's recent events are kept as
 versioned state next to the checkpoint (:mod:`featureflow.spark.state`), so a
-restart neither loses nor double-counts events. Events older than the
-watermark (largest event time of earlier batches minus the source's
-``watermark_delay_threshold``) are dead letters with reason "later than the
-watermark".
+restart neither loses nor double-counts events.
+
+Event-time rules, judged against the driver's clock of the micro-batch
+(recorded before the batch runs, so a replay judges alike):
+
+- an event more than ``--max-future-skew`` ahead of the clock is a dead letter
+  "in the future": it can neither become an entity's latest row nor move a
+  watermark (an event exactly that far ahead is accepted);
+- an event older than the view's watermark is a dead letter "later than the
+  watermark". The watermark is kept per Kafka partition
+  (:mod:`featureflow.spark.watermarks`): each partition's largest accepted
+  event time minus the source's ``watermark_delay_threshold``; the view's is
+  the minimum over the partitions not idle for ``--idle-partition-timeout``.
 """
 
 from __future__ import annotations
@@ -28,15 +38,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from featureflow.repo import StreamViewSpec
+from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, STATS_SCHEMA, OnlineFeatureWriter
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
 from featureflow.spark.state import StateStore
+from featureflow.spark.watermarks import (
+    DEFAULT_FUTURE_SKEW_NS,
+    DEFAULT_IDLE_TIMEOUT_NS,
+    PartitionWatermarks,
+)
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from featureflow.schema import FeatureSchema
@@ -45,6 +61,7 @@ log = logging.getLogger("featureflow.job")
 metrics_log = logging.getLogger("featureflow.metrics")
 
 LATE_REASON = "later than the watermark"
+FUTURE_REASON = "in the future"
 
 MAX_LOGGED_BAD_RECORDS = 20
 """Bad records logged one by one per micro-batch; the rest are only counted."""
@@ -64,6 +81,8 @@ class StreamOptions:
     dead_letter_topic: str | None = None  # default: "<topic>.dlq"
     offline_path: str | None = None  # default: <repo>/data/offline
     kafka_options: dict[str, str] = field(default_factory=dict)
+    idle_partition_timeout_ns: int = DEFAULT_IDLE_TIMEOUT_NS
+    max_future_skew_ns: int = DEFAULT_FUTURE_SKEW_NS
 
 
 @dataclass
@@ -89,68 +108,27 @@ class MicroBatchProcessor:
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
     exporter: PrometheusExporter | None = None
-    owns_dead_letters: bool = True
-    """Whether this view logs and dead-letters the topic's bad records: views reading
-    the same topic all count them, but only one writes them (no duplicates)."""
 
-    def late_before_ns(self, seen_max_ns: int | None) -> int | None:
-        """Events older than this (epoch ns) are late, given the largest event time seen
-        before the batch (None: no event is late)."""
-        if seen_max_ns is None or self.spec.watermark_ns <= 0:
-            return None
-        return seen_max_ns - self.spec.watermark_ns
-
-    def seen_max_ns(self, batch_id: int) -> int | None:
-        """The largest event time (ns) accepted before micro-batch ``batch_id``."""
-        return self.state.load_max_event_ns(before_batch=batch_id)
-
-    def process(self, batch: DataFrame, batch_id: int, seen_max_ns: int | None) -> None:
-        """Micro-batch ``batch_id`` of this view, from the topic's parsed (and cached) batch;
-        ``seen_max_ns``: :meth:`seen_max_ns` of the batch."""
+    def process(self, topic_batch: TopicBatch) -> None:
+        """This view's part of a micro-batch of its topic (parsed, checked and cached once
+        for all the topic's views)."""
         from pyspark.sql import functions as F
 
         started = time.monotonic()
-        late_before_ns = self.late_before_ns(seen_max_ns)
-        if late_before_ns is not None:
-            batch = mark_late(batch, late_before_ns, self.spec)
-        phases: dict[str, float] = {}
+        batch_id = topic_batch.batch_id
+        phases = dict(topic_batch.phases_s)
         lap = time.monotonic()
-        # One pass over the batch for every count the report needs: rows per
-        # reason (null: usable) and the latest usable event time.
-        summary = (
-            batch.groupBy(ERROR_REASON)
-            .agg(F.count(F.lit(1)).alias("rows"), F.max(EVENT_NS).alias("max_ns"))
-            .collect()
-        )
-        records = sum(row["rows"] for row in summary)
-        bad_by_reason = {
-            row[ERROR_REASON]: row["rows"] for row in summary if row[ERROR_REASON] is not None
-        }
-        batch_max_ns = next((row["max_ns"] for row in summary if row[ERROR_REASON] is None), None)
-        phases["summary"], lap = time.monotonic() - lap, time.monotonic()
-        if bad_by_reason and self.owns_dead_letters:
-            bad = batch.filter(F.col(ERROR_REASON).isNotNull())
-            self._log_bad_records(bad)
-            write_dead_letters(
-                bad,
-                self.options.bootstrap or self.spec.bootstrap_servers,
-                self.options.dead_letter_topic or dead_letter_topic(self.spec.topic),
-                self.options.kafka_options,
-            )
-            phases["dead_letters"], lap = time.monotonic() - lap, time.monotonic()
-        good = batch.filter(F.col(ERROR_REASON).isNull()).select(
+        good = topic_batch.frame.filter(F.col(ERROR_REASON).isNull()).select(
             self.spec.join_key, EVENT_NS, *self.spec.value_columns
         )
-        if batch_max_ns is not None:
-            seen_max_ns = max(batch_max_ns, seen_max_ns or batch_max_ns)
-        # What the next batch accepts: older events are dead letters (late).
-        next_watermark_ns = seen_max_ns - self.spec.watermark_ns if seen_max_ns is not None else 0
+        # The next batch's watermark: what future on-time events can still reach.
+        watermark_ns = topic_batch.watermarks.watermark_ns
         writer = OnlineFeatureWriter(
             self.spec,
             self.repo_path,
             batch_id,
             self.state,
-            next_watermark_ns,
+            watermark_ns if watermark_ns is not None else 0,
             OfflineFeatureLog(
                 self.options.offline_path or f"{self.repo_path}/data/offline", self.spec.name
             ),
@@ -162,16 +140,17 @@ class MicroBatchProcessor:
             .collect()
         )
         phases["features"] = time.monotonic() - lap
-        self.state.save_max_event_ns(batch_id, seen_max_ns)
         report = BatchReport(
             view=self.spec.name,
             batch_id=batch_id,
-            records=records,
+            records=topic_batch.records,
             events=sum(row["rows"] for row in stats),
-            dead_letters=bad_by_reason,
+            dead_letters=topic_batch.bad_by_reason,
             entities_written=sum(row["entities"] for row in stats),
             state_rows=sum(row["state_rows"] for row in stats),
-            duration_s=time.monotonic() - started,
+            duration_s=time.monotonic() - started + topic_batch.shared_s,
+            watermark_lag_s=topic_batch.watermarks.lag_s(topic_batch.clock_ns),
+            idle_partitions=list(topic_batch.watermarks.idle),
             phases_s={
                 **phases,
                 **{
@@ -187,7 +166,7 @@ class MicroBatchProcessor:
         self._account(report, sorted({row["backend"] for row in stats}))
 
     @staticmethod
-    def _log_bad_records(bad: DataFrame) -> None:
+    def log_bad_records(bad: DataFrame) -> None:
         """One warning per unusable record (the first few), with its Kafka coordinates."""
         columns = ("topic", "partition", "offset", ERROR_FIELD, ERROR_REASON)
         for row in bad.select(*columns).limit(MAX_LOGGED_BAD_RECORDS).collect():
@@ -216,20 +195,35 @@ class MicroBatchProcessor:
             self.exporter.observe(report)
 
 
-def mark_late(batch: DataFrame, watermark_ns: int, spec: StreamViewSpec) -> DataFrame:
-    """Tag parsed events older than the watermark as errors (they go to the dead letters).
+def mark_event_time(
+    batch: DataFrame, spec: StreamViewSpec, late_before_ns: int | None, future_after_ns: int
+) -> DataFrame:
+    """Tag parsed events that break the event-time rules as errors (they become dead letters).
 
-    The watermark is the largest event time accepted in earlier micro-batches
-    minus the source's ``watermark_delay_threshold``, as in Spark.
+    Args:
+        late_before_ns: the view's watermark (epoch ns): strictly older events are
+            "later than the watermark"; None: nothing is late.
+        future_after_ns: the driver's clock of the batch plus ``--max-future-skew``:
+            strictly newer events are "in the future" (checked first).
     """
     from pyspark.sql import functions as F
 
-    late = F.col(ERROR_REASON).isNull() & (F.col(EVENT_NS) < F.lit(watermark_ns))
-    return batch.withColumn(
-        ERROR_FIELD, F.when(late, F.lit(spec.timestamp_field)).otherwise(F.col(ERROR_FIELD))
-    ).withColumn(
-        ERROR_REASON,
-        F.when(late, F.lit(LATE_REASON)).otherwise(F.col(ERROR_REASON)),
+    usable = F.col(ERROR_REASON).isNull()
+    breaks: list[tuple[Column, str]] = [(F.col(EVENT_NS) > F.lit(future_after_ns), FUTURE_REASON)]
+    if late_before_ns is not None:
+        breaks.append((F.col(EVENT_NS) < F.lit(late_before_ns), LATE_REASON))
+    reason: Column = F.col(ERROR_REASON)
+    for condition, text in reversed(breaks):  # so the first rule wins
+        reason = F.when(usable & condition, F.lit(text)).otherwise(reason)
+    broken = F.lit(False)
+    for condition, _ in breaks:
+        broken = broken | condition
+    return batch.select(
+        *(name for name in batch.columns if name not in (ERROR_FIELD, ERROR_REASON)),
+        F.when(usable & broken, F.lit(spec.timestamp_field))
+        .otherwise(F.col(ERROR_FIELD))
+        .alias(ERROR_FIELD),
+        reason.alias(ERROR_REASON),
     )
 
 
@@ -249,12 +243,32 @@ def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions
     return reader.load()
 
 
+@dataclass(frozen=True)
+class TopicBatch:
+    """A micro-batch of one topic as its views receive it."""
+
+    batch_id: int
+    frame: DataFrame
+    """Parsed, checked (error columns set) and cached; key and value bytes only on bad rows."""
+    clock_ns: int
+    """The driver's clock of the batch (epoch ns), as first recorded."""
+    watermarks: PartitionWatermarks
+    """The per-partition watermarks after this batch (what the next one judges against)."""
+    records: int
+    bad_by_reason: dict[str, int]
+    shared_s: float
+    """Wall seconds of the work done once for all views (marking, summary, dead letters)."""
+    phases_s: dict[str, float]
+
+
 @dataclass
 class TopicBatchProcessor:
-    """``foreachBatch`` function of one topic's query: parsed once, then each view in turn.
+    """``foreachBatch`` function of one topic's query: checked once, then each view in turn.
 
-    The views of a topic share its Kafka read and parse (the costliest part of
-    a micro-batch): the parsed batch is cached and every view runs on it.
+    The views of a topic share its Kafka read, parse, event-time rules,
+    summary and dead letters (the costliest part of a micro-batch): the checked
+    batch is cached and every view runs on it. The watermarks live in the first
+    view's state, saved after every view has saved its own.
     """
 
     views: list[MicroBatchProcessor]
@@ -265,37 +279,85 @@ class TopicBatchProcessor:
     def __post_init__(self) -> None:
         self.idle.set()
 
+    @property
+    def _lead(self) -> MicroBatchProcessor:
+        return self.views[0]
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         self.idle.clear()
         try:
-            seen = [view.seen_max_ns(batch_id) for view in self.views]
-            late = [view.late_before_ns(ns) for view, ns in zip(self.views, seen, strict=True)]
-            cached = _without_unneeded_bytes(batch, late).persist()
-            try:
-                for view, seen_max_ns in zip(self.views, seen, strict=True):
-                    view.process(cached, batch_id, seen_max_ns)
-            finally:
-                cached.unpersist()
+            self._run(batch, batch_id)
             self.last_batch_id = batch_id
         finally:
             self.idle.set()
 
+    def _run(self, batch: DataFrame, batch_id: int) -> None:
+        from pyspark.sql import functions as F
 
-def _without_unneeded_bytes(batch: DataFrame, late_before_ns: list[int | None]) -> DataFrame:
-    """The parsed batch with the raw key and value bytes only where a dead letter needs them.
+        lead = self._lead
+        spec, options = lead.spec, lead.options
+        started = time.monotonic()
+        clock_ns = lead.state.batch_clock_ns(batch_id, time.time_ns())
+        before = lead.state.load_watermarks(batch_id, spec.watermark_ns)
+        late_before_ns = before.watermark_ns if spec.watermark_ns > 0 else None
+        checked = mark_event_time(
+            batch, spec, late_before_ns, clock_ns + options.max_future_skew_ns
+        )
+        cached = _without_unneeded_bytes(checked).persist()
+        try:
+            lap = time.monotonic()
+            # One pass for every count the reports need: rows per (Kafka partition,
+            # reason; null: usable) and the latest usable event time per partition.
+            summary = (
+                cached.groupBy("partition", ERROR_REASON)
+                .agg(F.count(F.lit(1)).alias("rows"), F.max(EVENT_NS).alias("max_ns"))
+                .collect()
+            )
+            phases = {"summary": time.monotonic() - lap}
+            bad_by_reason: dict[str, int] = {}
+            batch_max_ns: dict[int, int] = {}
+            for row in summary:
+                if row[ERROR_REASON] is None:
+                    batch_max_ns[int(row["partition"])] = int(row["max_ns"])
+                else:
+                    reason = row[ERROR_REASON]
+                    bad_by_reason[reason] = bad_by_reason.get(reason, 0) + int(row["rows"])
+            if bad_by_reason:
+                lap = time.monotonic()
+                bad = cached.filter(F.col(ERROR_REASON).isNotNull())
+                lead.log_bad_records(bad)
+                write_dead_letters(
+                    bad,
+                    options.bootstrap or spec.bootstrap_servers,
+                    options.dead_letter_topic or dead_letter_topic(spec.topic),
+                    options.kafka_options,
+                )
+                phases["dead_letters"] = time.monotonic() - lap
+            after = before.advance(batch_max_ns, clock_ns, options.idle_partition_timeout_ns)
+            topic_batch = TopicBatch(
+                batch_id, cached, clock_ns, after, sum(int(row["rows"]) for row in summary),
+                bad_by_reason, time.monotonic() - started, phases,
+            )  # fmt: skip
+            for view in self.views:
+                view.process(topic_batch)
+            lead.state.save_watermarks(batch_id, after)
+            failpoints.reach("after_state_save", batch_id)
+        finally:
+            cached.unpersist()
 
-    Bad records and events some view may find late keep their bytes; the
+
+def _without_unneeded_bytes(batch: DataFrame) -> DataFrame:
+    """The checked batch with the raw key and value bytes only where a dead letter needs them.
+
+    Only bad records (late and future events included) keep their bytes; the
     others drop them, which makes the cached batch several times smaller.
     """
     from pyspark.sql import functions as F
 
-    may_be_dead = F.col(ERROR_REASON).isNotNull()
-    thresholds = [t for t in late_before_ns if t is not None]
-    if thresholds:
-        may_be_dead = may_be_dead | (F.col(EVENT_NS) < F.lit(max(thresholds)))
+    is_dead = F.col(ERROR_REASON).isNotNull()
     return batch.select(
         *(
-            F.when(may_be_dead, F.col(name)).alias(name) if name in ("key", "value") else name
+            F.when(is_dead, F.col(name)).alias(name) if name in ("key", "value") else name
             for name in batch.columns
         )
     )
@@ -336,7 +398,7 @@ def start_topic_query(
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     root = options.checkpoint.rstrip("/")
     views = []
-    for at, spec in enumerate(specs):
+    for spec in specs:
         state = StateStore(f"{root}/{spec.name}/featureflow-state", partitions)
         state.check_layout()
         schema = (feature_schemas or {}).get(spec.name)
@@ -349,7 +411,6 @@ def start_topic_query(
                 state,
                 schema,
                 exporter=exporter,
-                owns_dead_letters=at == 0,
             )
         )
     processor = TopicBatchProcessor(views)

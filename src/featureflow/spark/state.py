@@ -12,15 +12,28 @@ IPC files per micro-batch::
 
     <root>/partitions=<P>/part-<p>/batch-<id>.arrow        events after batch <id>
     <root>/partitions=<P>/part-<p>/tiles/batch-<id>.arrow  tiles after batch <id>
-    <root>/watermark/batch-<id>.json                  max event time seen (ns)
+    <root>/watermarks/batch-<id>.json     per-Kafka-partition watermarks after batch <id>
+    <root>/clock/batch-<id>.json          the driver's clock of batch <id>
 
 Exactly-once comes from the versioning: micro-batch ``b`` reads the newest
 version *before* ``b`` and writes version ``b``. Spark re-runs ``b`` after a
 crash (its offsets are committed only after the batch succeeded), and the
 re-run reads the same input state, computes the same output and overwrites
-version ``b``. Versions older than ``b - 1`` are deleted. Any filesystem
-pyarrow reaches works (local, HDFS, S3), so the same job runs on a cluster
-when the checkpoint is on shared storage.
+version ``b``. The clock of a batch is recorded before the batch does
+anything, so a re-run takes the same decisions that depend on it (idle
+partitions, events in the future).
+
+Retention: Spark starts batch ``b`` only after committing every batch before
+it, so when ``b`` saves a version, the newest version before ``b`` (what a
+re-run of ``b`` reads) is the oldest one anybody can still read; older ones
+are deleted then. A partition that skipped batches keeps its newest version
+however old. Any filesystem pyarrow reaches works (local, HDFS, S3), so the
+same job runs on a cluster when the checkpoint is on shared storage.
+
+Files are written to a temporary name and moved into place, so a reader never
+sees a half-written version; a version that is nevertheless truncated or
+unreadable (storage that lost data) stops the job with
+:class:`~featureflow.errors.StateError` naming the file.
 """
 
 from __future__ import annotations
@@ -28,12 +41,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-from featureflow.errors import JobError
+from featureflow.errors import JobError, StateError
+from featureflow.spark.watermarks import PartitionWatermarks
 
 _VERSION = re.compile(r"batch-(\d+)\.(arrow|json)$")
 
@@ -99,7 +114,8 @@ class StateStore:
         return self._load_table(self._partition_dir(partition), before_batch)
 
     def save_events(self, partition: int, batch: int, events: pa.Table) -> None:
-        """Write the partition's events after ``batch`` (atomically), drop versions < batch - 1."""
+        """Write the partition's events after ``batch`` (atomically); drop the versions
+        nothing reads any more (see the module's retention rule)."""
         self._save_table(self._partition_dir(partition), batch, events)
 
     def load_tiles(self, partition: int, before_batch: int) -> pa.Table | None:
@@ -114,17 +130,21 @@ class StateStore:
         """
         self._save_table(f"{self._partition_dir(partition)}/tiles", batch, tiles)
 
+    def _newest_before(self, directory: str, suffix: str, before_batch: int) -> str | None:
+        versions = self._versions(directory, suffix)
+        earlier = [path for batch, path in versions if batch < before_batch]
+        return earlier[-1] if earlier else None
+
     def _load_table(self, directory: str, before_batch: int) -> pa.Table | None:
-        filesystem, _ = self._paths()
-        earlier = [
-            (batch, path)
-            for batch, path in self._versions(directory, "arrow")
-            if batch < before_batch
-        ]
-        if not earlier:
+        path = self._newest_before(directory, "arrow", before_batch)
+        if path is None:
             return None
-        with filesystem.open_input_file(earlier[-1][1]) as source:
-            return ipc.open_file(source).read_all()
+        filesystem, _ = self._paths()
+        try:
+            with filesystem.open_input_file(path) as source:
+                return ipc.open_file(source).read_all()
+        except (OSError, pa.ArrowInvalid) as error:
+            raise StateError.unreadable(path, error) from error
 
     def _save_table(self, directory: str, batch: int, table: pa.Table) -> None:
         filesystem, _ = self._paths()
@@ -136,33 +156,70 @@ class StateStore:
             writer.write_table(table)
             writer.close()
         filesystem.move(temporary, final)
-        for version, path in self._versions(directory, "arrow"):
-            if version < batch - 1:
+        self._drop_unreadable_versions(directory, "arrow", batch)
+
+    def _drop_unreadable_versions(self, directory: str, suffix: str, batch: int) -> None:
+        """Delete the versions older than the newest one before ``batch``: every batch
+        before ``batch`` is committed, so nothing reads them again."""
+        filesystem, _ = self._paths()
+        versions = self._versions(directory, suffix)
+        keep_from = max((version for version, _ in versions if version < batch), default=None)
+        if keep_from is None:
+            return
+        for version, path in versions:
+            if version < keep_from:
                 filesystem.delete_file(path)
 
-    def load_max_event_ns(self, before_batch: int) -> int | None:
-        """The largest event time (ns) of the events accepted before ``before_batch``."""
-        filesystem, base = self._paths()
-        earlier = [
-            (batch, path)
-            for batch, path in self._versions(f"{base}/watermark", "json")
-            if batch < before_batch
-        ]
-        if not earlier:
+    def _load_json(self, directory: str, before_batch: int) -> dict[str, Any] | None:
+        path = self._newest_before(directory, "json", before_batch)
+        if path is None:
             return None
-        with filesystem.open_input_stream(earlier[-1][1]) as source:
-            value = json.loads(source.read())["max_event_ns"]
-        return None if value is None else int(value)
+        filesystem, _ = self._paths()
+        try:
+            with filesystem.open_input_stream(path) as source:
+                data = json.loads(source.read())
+        except (OSError, ValueError) as error:
+            raise StateError.unreadable(path, error) from error
+        if not isinstance(data, dict):
+            raise StateError.unreadable(path, "not a JSON object")
+        return data
 
-    def save_max_event_ns(self, batch: int, max_event_ns: int | None) -> None:
-        """Record the largest event time accepted up to and including ``batch``."""
-        filesystem, base = self._paths()
-        directory = f"{base}/watermark"
+    def _save_json(self, directory: str, batch: int, data: dict[str, Any]) -> None:
+        filesystem, _ = self._paths()
         filesystem.create_dir(directory, recursive=True)
         final = f"{directory}/batch-{batch}.json"
         with filesystem.open_output_stream(f"{final}.tmp") as sink:
-            sink.write(json.dumps({"max_event_ns": max_event_ns}).encode())
+            sink.write(json.dumps(data).encode())
         filesystem.move(f"{final}.tmp", final)
-        for version, path in self._versions(directory, "json"):
-            if version < batch - 1:
-                filesystem.delete_file(path)
+        self._drop_unreadable_versions(directory, "json", batch)
+
+    def load_watermarks(self, before_batch: int, delay_ns: int) -> PartitionWatermarks:
+        """The per-Kafka-partition watermarks after the newest batch before ``before_batch``
+        (empty on a new checkpoint)."""
+        _, base = self._paths()
+        data = self._load_json(f"{base}/watermarks", before_batch)
+        if data is None:
+            return PartitionWatermarks(delay_ns)
+        try:
+            return PartitionWatermarks.from_json(data)
+        except (KeyError, TypeError, ValueError) as error:
+            path = self._newest_before(f"{base}/watermarks", "json", before_batch)
+            raise StateError.unreadable(str(path), error) from error
+
+    def save_watermarks(self, batch: int, watermarks: PartitionWatermarks) -> None:
+        """Record the watermarks after ``batch`` (what batch ``batch + 1`` judges against)."""
+        _, base = self._paths()
+        self._save_json(f"{base}/watermarks", batch, watermarks.to_json())
+
+    def batch_clock_ns(self, batch: int, now_ns: int) -> int:
+        """The driver's clock of ``batch`` (epoch ns): ``now_ns``, recorded, on its first
+        run; what the first run recorded, on a re-run."""
+        filesystem, base = self._paths()
+        directory = f"{base}/clock"
+        path = f"{directory}/batch-{batch}.json"
+        if filesystem.get_file_info(path).type == pafs.FileType.File:
+            recorded = self._load_json(directory, batch + 1)
+            if recorded is not None and "clock_ns" in recorded:
+                return int(recorded["clock_ns"])
+        self._save_json(directory, batch, {"clock_ns": now_ns})
+        return now_ns
