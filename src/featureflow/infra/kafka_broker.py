@@ -144,7 +144,10 @@ def _format_storage(config: BrokerConfig, properties: Path) -> None:
         return
     cluster_id = _cluster_id()
     command = _java_command(
-        config, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)
+        # "--cluster-id=<id>" as one argument: 1 in 64 random ids start with "-", which
+        # the tool's parser otherwise reads as an option ("expected one argument").
+        config, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+        "-c", str(properties),
     )
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
