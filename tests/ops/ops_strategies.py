@@ -16,14 +16,19 @@ class Rows:
     keys: pa.Array | None
 
 
+SPECIALS = {1: np.nan, 2: np.inf, 3: -np.inf}
+"""Float values drawn as code 0..7: these codes become NaN, +inf, -inf."""
+
+
 @st.composite
 def rows(
     draw: st.DrawFn,
     max_rows: int = 60,
     dtypes: tuple[str, ...] = ("float64", "float32", "int64", "int32"),
 ) -> Rows:
-    """Unsorted rows with ties, nulls, NaN, one or many (int or string) keys, and
-    sometimes a non-zero Arrow offset."""
+    """Unsorted rows with ties, nulls, NaN, +inf and -inf (float types: each about
+    one value in eight, so frames hold none, one or both infinities), one or many
+    (int or string) keys, and sometimes a non-zero Arrow offset."""
     n = draw(st.integers(0, max_rows))
     span = draw(st.sampled_from([1, 5, 100, 10**6]))  # 1: every ts ties
     ts = np.array(draw(st.lists(st.integers(0, span), min_size=n, max_size=n)), dtype=np.int64)
@@ -34,8 +39,9 @@ def rows(
     vals = np.array(raw, dtype=np.float64)
     if dtype.startswith("float"):
         vals = vals / draw(st.sampled_from([1.0, 8.0, 1000.0]))
-        nan_at = draw(st.lists(st.booleans(), min_size=n, max_size=n))
-        vals[np.array(nan_at, dtype=bool)] = np.nan
+        special = np.array(draw(st.lists(st.integers(0, 7), min_size=n, max_size=n)))
+        for code, value in SPECIALS.items():
+            vals[special == code] = value
     nulls = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
     values = pa.array(vals.astype(dtype), mask=nulls)
     nkeys = draw(st.sampled_from([0, 1, 3, 50]))

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from featureflow.ops import _backend, _inputs, _tables
+from featureflow.ops import _backend, _inputs, _nonfinite, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
 
@@ -86,7 +86,8 @@ def rolling(
         caller) for every window and agg, window-major. count and
         count_distinct are int64; min/max/first/last keep the value type;
         the others are float64. A frame without a non-null value gives null
-        (std/var: fewer than two values).
+        (std/var: fewer than two values). With ±inf in the frame: sum/mean
+        +inf, -inf, or NaN when it holds both; std/var NaN (module docstring).
 
     Raises:
         TypeError, ValueError: naming the argument that is wrong.
@@ -98,7 +99,13 @@ def rolling(
     columns = _tables.allocate(
         [(f"{agg}_{label}", agg) for label, _ in wins for agg in names], s.values.type, s.n
     )
-    _backend.current().backend.rolling(s, [ns for _, ns in wins], hop_ns, names, columns)
+    impl = _backend.current().backend
+
+    def kernel(rows: _inputs.Series, aggs: list[str], cols: list[_tables.OutputColumn]) -> int:
+        impl.rolling(rows, [ns for _, ns in wins], hop_ns, aggs, cols)
+        return rows.n
+
+    _nonfinite.aggregate(s, names, columns, kernel)
     return _tables.table(columns, s.n)
 
 
@@ -130,7 +137,12 @@ def hopping(
         )
     bounds = _tables.WindowBounds.allocate(capacity)
     columns = _tables.allocate([(a, a) for a in names], s.values.type, capacity)
-    m = impl.hopping(s, size_ns, step_ns, names, False, bounds, columns)
+    m = _nonfinite.aggregate(
+        s,
+        names,
+        columns,
+        lambda rows, aggs, cols: impl.hopping(rows, size_ns, step_ns, aggs, False, bounds, cols),
+    )
     leading = bounds.leading(m, s.key_values, ("window_start", "window_end"))
     return _tables.table(columns, m, leading)
 
@@ -165,6 +177,12 @@ def sessions(
         gap_ns = duration_ns(gap, "gap")
     bounds = _tables.WindowBounds.allocate(s.n)
     columns = _tables.allocate([(a, a) for a in names], s.values.type, s.n)
-    m = _backend.current().backend.sessions(s, gap_ns, gaps, names, bounds, columns)
+    impl = _backend.current().backend
+    m = _nonfinite.aggregate(
+        s,
+        names,
+        columns,
+        lambda rows, aggs, cols: impl.sessions(rows, gap_ns, gaps, aggs, bounds, cols),
+    )
     leading = bounds.leading(m, s.key_values, ("session_start", "session_end"))
     return _tables.table(columns, m, leading)

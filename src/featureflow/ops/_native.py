@@ -13,7 +13,8 @@ other keyed aggregates through per-key slots, unkeyed in place —
 with results written in input order; unsorted input (or count_distinct) is
 grouped by key first (prepare, parts, finish). Parts and phases release the
 GIL and run on two threads for large inputs. Kernel scratch comes from the
-Arrow memory pool.
+Arrow memory pool. The sliding sums are only given finite values:
+`featureflow.ops._nonfinite` handles frames holding ±inf.
 """
 
 from __future__ import annotations

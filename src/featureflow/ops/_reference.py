@@ -6,7 +6,9 @@ order), every function turns each key's rows into frames ``[lo, hi)`` of
 sorted positions, and `frame_aggregates` computes every aggregate of every
 frame with prefix sums (count, sum, mean, shifted sums for var/std), sparse
 tables (min/max), next/previous valid pointers (first/last) and a sliding
-counter (count_distinct).
+counter (count_distinct). The prefix sums run over all keys, so they must only
+see finite values: `featureflow.ops._nonfinite` takes infinities out of the
+values for sum/mean/std/var and sets those frames' results itself.
 """
 
 from __future__ import annotations

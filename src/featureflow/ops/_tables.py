@@ -24,6 +24,11 @@ class OutputColumn:
     data: pa.Buffer
     validity: pa.Buffer | None
 
+    @property
+    def capacity(self) -> int:
+        """Rows the data buffer holds."""
+        return self.data.size // self.type.byte_width
+
     def numpy(self) -> np.ndarray:
         """A writable numpy view of the data buffer."""
         return np.frombuffer(self.data, dtype=self.type.to_pandas_dtype())
