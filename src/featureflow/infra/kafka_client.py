@@ -48,11 +48,14 @@ def produce(
         if error is not None:
             failures.append(str(error))
 
-    where = {} if partition is None else {"partition": partition}
+    # -1 is librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose.
+    to_partition = -1 if partition is None else partition
     for key, value in records:
         while True:
             try:
-                producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **where)
+                producer.produce(
+                    topic, value=value, key=key, partition=to_partition, on_delivery=on_delivery
+                )
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: let deliveries drain
