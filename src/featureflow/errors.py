@@ -85,3 +85,7 @@ class SchemaMismatchError(SchemaError):
     def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
+
+
+class MetricsUnavailableError(JobError):
+    """A running job's Prometheus endpoint could not be read; says where and what to check."""

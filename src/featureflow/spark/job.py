@@ -143,6 +143,7 @@ def run_command(
 
 def _run(args: argparse.Namespace) -> int:
     from featureflow import ops
+    from featureflow.monitoring.lag import ConsumerLagWatcher
     from featureflow.repo import load_store, stream_view_specs
     from featureflow.spark.pipeline import StreamOptions, start_topic_query, topic_groups
     from featureflow.spark.session import build_session
@@ -180,7 +181,8 @@ def _run(args: argparse.Namespace) -> int:
         from featureflow.spark.metrics import PrometheusExporter
 
         exporter = PrometheusExporter(args.metrics_port)
-        log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
+        exporter.describe_views({spec.name: spec.topic for spec in specs})
+        log.info("metrics on http://%s:%d/metrics", exporter.host, args.metrics_port)
     spark = build_session("featureflow-realtime", master=args.master)
     # One query per topic: its views share the Kafka read and the parse.
     running = [
@@ -189,8 +191,10 @@ def _run(args: argparse.Namespace) -> int:
     ]
     stop = shutdown_on_sigterm()
     log.info("driver pid %d: SIGTERM stops the queries at a micro-batch boundary", os.getpid())
+    lag = ConsumerLagWatcher(exporter)
     try:
         while any(query.isActive for query, _ in running):
+            lag.poll(query for query, _ in running)
             if stop.wait(0.5):
                 stop_at_batch_boundary(running)
                 break
@@ -198,6 +202,7 @@ def _run(args: argparse.Namespace) -> int:
         log.info("interrupted: stopping the queries")
         for query, _processor in running:
             query.stop()
+    lag.poll(query for query, _ in running)  # the last batch's
     for query, processor in running:
         for view in processor.views:
             counters = view.counters

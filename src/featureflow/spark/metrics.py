@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 log = logging.getLogger("featureflow.metrics")
+
+METRICS_HOST_VARIABLE = "FEATUREFLOW_METRICS_HOST"
+"""Environment variable: the address the Prometheus endpoint binds (default 127.0.0.1)."""
 
 FRESHNESS_EDGES_S = np.logspace(-3, 7, 101)
 """Upper edges of the freshness buckets, seconds; one more bucket holds everything above."""
@@ -78,40 +82,71 @@ class BatchReport:
 class PrometheusExporter:
     """Serves the job's metrics in Prometheus text format on ``http://<host>:<port>/metrics``."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int, host: str | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+        # Loopback unless told otherwise (docker-compose's Prometheus scrapes another host).
+        self.host = host or os.environ.get(METRICS_HOST_VARIABLE, "127.0.0.1")
         self.registry = CollectorRegistry()
-        self.records = Counter(
-            "featureflow_records", "Kafka records read", ["view"], registry=self.registry
+
+        def counter(name: str, help_text: str, labels: list[str]) -> Counter:
+            return Counter(name, help_text, labels, registry=self.registry)
+
+        def gauge(name: str, help_text: str, labels: list[str]) -> Gauge:
+            return Gauge(name, help_text, labels, registry=self.registry)
+
+        self.records = counter("featureflow_records", "Kafka records read (records)", ["view"])
+        self.events = counter(
+            "featureflow_events", "events accepted and computed (events)", ["view"]
         )
-        self.events = Counter(
-            "featureflow_events", "events accepted and computed", ["view"], registry=self.registry
-        )
-        self.dead_letters = Counter(
-            "featureflow_dead_letters", "records sent to the dead-letter topic", ["view", "reason"],
-            registry=self.registry,
+        self.dead_letters = counter(
+            "featureflow_dead_letters",
+            "records sent to the dead-letter topic, by reason (records)", ["view", "reason"],
         )  # fmt: skip
-        self.batches = Counter(
-            "featureflow_batches", "micro-batches done", ["view"], registry=self.registry
-        )
-        self.duration = Gauge(
-            "featureflow_batch_duration_seconds", "duration of the last micro-batch", ["view"],
-            registry=self.registry,
+        self.batches = counter("featureflow_batches", "micro-batches done (batches)", ["view"])
+        self.duration = gauge(
+            "featureflow_batch_duration_seconds", "duration of the last micro-batch (seconds)",
+            ["view"],
         )  # fmt: skip
-        self.rate = Gauge(
-            "featureflow_events_per_second", "events/s of the last micro-batch", ["view"],
-            registry=self.registry,
+        self.rate = gauge(
+            "featureflow_events_per_second",
+            "events accepted per second of the last micro-batch (events/s)", ["view"],
         )  # fmt: skip
-        self.state = Gauge(
-            "featureflow_state_rows", "events and tiles kept as window state (touched partitions)",
-            ["view"], registry=self.registry,
+        self.state = gauge(
+            "featureflow_state_rows",
+            "events and tiles kept as window state by the partitions the last micro-batch "
+            "touched (rows)", ["view"],
         )  # fmt: skip
-        self.freshness = Gauge(
-            "featureflow_freshness_seconds", "write time - event time, last micro-batch",
-            ["view", "quantile"], registry=self.registry,
+        self.freshness = gauge(
+            "featureflow_freshness_seconds",
+            "write time minus event time of the last micro-batch's events, at a quantile "
+            "(seconds)", ["view", "quantile"],
         )  # fmt: skip
-        self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        self.watermark_lag = gauge(
+            "featureflow_watermark_lag_seconds",
+            "driver clock at the last micro-batch minus the Kafka partition's watermark "
+            "(seconds)", ["view", "partition"],
+        )  # fmt: skip
+        self.idle = gauge(
+            "featureflow_partition_idle",
+            "1 when the Kafka partition was idle and did not hold the view's watermark back "
+            "at the last micro-batch, else 0 (boolean)", ["view", "partition"],
+        )  # fmt: skip
+        self.consumer_lag = gauge(
+            "featureflow_consumer_lag_records",
+            "Kafka records not processed yet: the partition's latest offset minus the offset "
+            "the job has processed up to (records)", ["topic", "partition"],
+        )  # fmt: skip
+        self.view_topic = gauge(
+            "featureflow_view_info", "1 for each view the job runs, labelled with its topic",
+            ["view", "topic"],
+        )  # fmt: skip
+        self.server, self.thread = start_http_server(port, addr=self.host, registry=self.registry)
+
+    def describe_views(self, topics: dict[str, str]) -> None:
+        """Record which topic each view reads (``featureflow status`` pairs view and lag)."""
+        for view, topic in topics.items():
+            self.view_topic.labels(view, topic).set(1)
 
     def observe(self, report: BatchReport) -> None:
         view = report.view
@@ -126,6 +161,16 @@ class PrometheusExporter:
         for quantile, value in (("0.5", report.freshness_p50_s), ("0.99", report.freshness_p99_s)):
             if value is not None:
                 self.freshness.labels(view, quantile).set(value)
+        for partition, lag_s in report.watermark_lag_s.items():
+            self.watermark_lag.labels(view, partition).set(lag_s)
+        idle = {str(partition) for partition in report.idle_partitions}
+        for partition in idle | set(report.watermark_lag_s):
+            self.idle.labels(view, partition).set(1 if partition in idle else 0)
+
+    def observe_consumer_lag(self, topic: str, lag: dict[int, int]) -> None:
+        """Set the consumer lag (records) of each partition of ``topic``."""
+        for partition, records in lag.items():
+            self.consumer_lag.labels(topic, str(partition)).set(records)
 
     def close(self) -> None:
         self.server.shutdown()
