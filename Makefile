@@ -2,7 +2,7 @@
 #   make demo   set up, run the real-time job on local Kafka + local Spark + SQLite, show features
 #   make test   set up, run every test (unit, property, integration on the real services)
 # Everything is installed by these targets; nothing is assumed but Python 3.11,
-# Java 17+ and Maven (and apt-get for redis-server when it is missing).
+# Java 17+ and Maven (and apt-get for redis-server and tmux when they are missing).
 
 SHELL       := /bin/bash
 PYTHON      ?= python3.11
@@ -27,12 +27,14 @@ STREAM_TRIGGER ?= 1000000
 
 setup: system-deps venv kernels jars
 
-# Java and Maven run Kafka and fetch jars; redis-server backs the Redis online-store tests.
+# Java and Maven run Kafka and fetch jars; redis-server backs the Redis online-store tests;
+# tmux is the real terminal the `featureflow status` test reads.
 system-deps:
 	@missing=""; \
 	command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \

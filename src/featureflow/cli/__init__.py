@@ -13,8 +13,12 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from featureflow.errors import FeatureflowError
+from featureflow import __version__
+from featureflow.cli.failures import CommandParser, report_failure
+
+_FEAST_EXPERIMENTAL = "Stream feature views are experimental"
 
 # Sub-command modules, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -27,6 +31,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "apply",
     "training_set",
+    "status",
 )
 
 
@@ -36,16 +41,31 @@ def quiet_third_party_logs(*, verbose: bool = False) -> None:
 
     if not verbose:
         logging.getLogger("feast").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message="Stream feature views are experimental")
+    warnings.filterwarnings("ignore", message=_FEAST_EXPERIMENTAL)
+    # Feast's modules put `simplefilter("once", RuntimeWarning)` first when they are
+    # imported (after this), which would show the warning anyway: drop it when shown.
+    show = warnings.showwarning
+    if not getattr(show, "featureflow_quiet", False):
+
+        def quiet_show(message: Warning | str, *args: Any, **kwargs: Any) -> None:
+            if not str(message).startswith(_FEAST_EXPERIMENTAL):
+                show(message, *args, **kwargs)
+
+        quiet_show.featureflow_quiet = True  # type: ignore[attr-defined]
+        warnings.showwarning = quiet_show
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser, with every sub-command registered."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="featureflow",
         description="Real-time feature engineering: Kafka -> Spark -> Mojo kernels -> Feast.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="log at DEBUG level, and show the traceback of a failure",
+    )  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"featureflow {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(f"featureflow.cli.{name}").register(subparsers)
@@ -63,9 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_third_party_logs(verbose=args.verbose)
     try:
         status: int = args.handler(args)
-    except FeatureflowError as error:
-        print(f"featureflow {args.command}: error: {error}", file=sys.stderr)
-        return 1
+    except (Exception, KeyboardInterrupt) as error:
+        # featureflow's errors and the third-party failures a user meets (an unreachable
+        # broker or store, an unknown view): one line that says what to do.
+        return report_failure(args.command, error, verbose=args.verbose)
     return status
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+from featureflow.cli.failures import port_number
 from featureflow.infra import kafka_broker
 
 
@@ -17,7 +19,7 @@ def register(subparsers: Any) -> None:
         ("status", "say whether the broker runs"),
     ):
         action = actions.add_parser(name, help=help_text)
-        action.add_argument("--port", type=int, default=kafka_broker.DEFAULT_PORT)
+        action.add_argument("--port", type=port_number, default=kafka_broker.DEFAULT_PORT)
         action.set_defaults(handler=run)
 
 
@@ -31,6 +33,12 @@ def run(args: argparse.Namespace) -> int:
         print("stopped" if stopped else "not running")
         return 0
     pid = kafka_broker.running_pid(config)
-    serving = kafka_broker.accepts_connections(config)
-    print(f"{'running' if serving else 'not running'} on {config.bootstrap} (pid {pid or '-'})")
-    return 0 if serving else 3
+    if kafka_broker.accepts_connections(config):
+        print(f"running on {config.bootstrap} (pid {pid or '-'})")
+        return 0
+    print(
+        f"featureflow kafka status: not running on {config.bootstrap} (pid {pid or '-'}): "
+        f"`featureflow kafka up --port {config.port}` starts it",
+        file=sys.stderr,
+    )
+    return 3

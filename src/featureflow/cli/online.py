@@ -21,12 +21,19 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from featureflow.repo import load_store
+    from featureflow.errors import RepoError
+    from featureflow.repo import load_store, stream_view_specs
 
     store = load_store(args.repo)
+    stream_view_specs(store, [args.view])  # a RepoError naming the views when it is unknown
     view = store.get_stream_feature_view(args.view)
     join_key = view.entity_columns[0].name
-    names = args.features or [f.name for f in view.features if f.name != join_key]
+    features = [f.name for f in view.features if f.name != join_key]
+    unknown = sorted(set(args.features or ()) - set(features))
+    if unknown:
+        msg = f"view {args.view!r} has no feature {unknown}; it has {features}"
+        raise RepoError(msg)
+    names = args.features or features
     response = store.get_online_features(
         features=[f"{args.view}:{name}" for name in names],
         entity_rows=[{join_key: key} for key in args.keys],

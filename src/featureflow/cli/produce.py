@@ -6,18 +6,24 @@ import argparse
 import time
 from typing import Any
 
+from featureflow.cli.failures import positive_float, positive_int, require_kafka
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("produce", help="write sample transaction events to Kafka")
     parser.add_argument("--topic", default="transactions")
-    parser.add_argument("--events", type=int, default=10_000, help="number of events")
-    parser.add_argument("--users", type=int, default=1_000, help="distinct users (Zipf-skewed)")
+    parser.add_argument("--events", type=positive_int, default=10_000, help="number of events")
+    parser.add_argument(
+        "--users", type=positive_int, default=1_000, help="distinct users (Zipf-skewed)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--span", type=float, default=86_400.0, help="seconds of event time, ending now"
+        "--span", type=positive_float, default=86_400.0, help="seconds of event time, ending now"
     )
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
-    parser.add_argument("--partitions", type=int, default=2, help="partitions of a new topic")
+    parser.add_argument(
+        "--partitions", type=positive_int, default=2, help="partitions of a new topic"
+    )
     parser.add_argument("--fresh", action="store_true", help="delete and recreate the topic first")
     parser.add_argument(
         "--format", choices=("json", "avro"), default="json",
@@ -30,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from featureflow.events import sample
     from featureflow.infra import kafka_broker, kafka_client
 
+    require_kafka(args.bootstrap)
     if args.fresh:
         kafka_broker.delete_topic(args.bootstrap, args.topic)
     kafka_broker.create_topic(args.bootstrap, args.topic, partitions=args.partitions)
