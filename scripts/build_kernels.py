@@ -1,10 +1,14 @@
 """Compile the Mojo kernels in mojo_ops/ into src/featureflow/ops/_native/.
 
 Each ``mojo_ops/<name>.mojo`` that defines ``PyInit_<name>`` becomes the
-Python extension ``_native/<name>.so``; the Mojo runtime libraries it links
-against are copied next to it so the package works without the build venv.
-Skips work when outputs are newer than every source (``--force`` rebuilds).
-Exits non-zero, printing the compiler's diagnostics, when a build fails.
+Python extension ``_native/<name>.so``, compiled with ``-I mojo_ops`` so that
+it imports the ``featureflow_kernels`` package, and with the digest of every
+``.mojo`` file below mojo_ops/ baked in (``-D FEATUREFLOW_KERNELS_DIGEST``):
+the loader refuses a library whose digest differs from the sources'. The Mojo
+runtime libraries it links against are copied next to it so the package works
+without the build venv. Skips work when ``build_info.json`` records the
+sources' digest already (``--force`` rebuilds). Exits non-zero, printing the
+compiler's diagnostics, when a build fails.
 
 Usage: .venv/bin/python scripts/build_kernels.py [--force]
 """
@@ -12,7 +16,6 @@ Usage: .venv/bin/python scripts/build_kernels.py [--force]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -20,6 +23,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from featureflow.ops._mojo.loader import sources_digest  # noqa: E402  # one digest for both
+
 SOURCES = ROOT / "mojo_ops"
 OUT = ROOT / "src" / "featureflow" / "ops" / "_native"
 RUNTIME_LIBS = (
@@ -49,29 +56,26 @@ def runtime_dir() -> Path:
     sys.exit("build_kernels: Mojo runtime libraries not found in site-packages/modular/lib")
 
 
-def sources_digest(sources: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for src in sources:
-        digest.update(src.name.encode())
-        digest.update(src.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def build(force: bool) -> int:
-    sources = sorted(SOURCES.glob("*.mojo"))
-    modules = [s for s in sources if f"PyInit_{s.stem}" in s.read_text()]
+    modules = [s for s in sorted(SOURCES.glob("*.mojo")) if f"PyInit_{s.stem}" in s.read_text()]
     if not modules:
         sys.exit(f"build_kernels: no extension modules (PyInit_<name>) in {SOURCES}")
+    digest = sources_digest(SOURCES)
     OUT.mkdir(parents=True, exist_ok=True)
     mojo = mojo_binary()
-    newest_source = max(s.stat().st_mtime for s in sources)
-    for module in modules:
-        target = OUT / f"{module.stem}.so"
-        if not force and target.exists() and target.stat().st_mtime >= newest_source:
-            print(f"build_kernels: {target.relative_to(ROOT)} is up to date")
-            continue
+    info_path = OUT / "build_info.json"
+    built = json.loads(info_path.read_text()).get("sources_sha256") if info_path.exists() else None
+    targets = [OUT / f"{module.stem}.so" for module in modules]
+    if not force and built == digest and all(t.exists() for t in targets):
+        print(f"build_kernels: {OUT.relative_to(ROOT)} is up to date (sources {digest})")
+        return 0
+    info_path.unlink(missing_ok=True)  # a failed build leaves no claim of a digest
+    for module, target in zip(modules, targets, strict=True):
         tmp = target.with_suffix(".so.tmp")
-        cmd = [str(mojo), "build", str(module), "--emit", "shared-lib", "-o", str(tmp)]
+        cmd = [
+            str(mojo), "build", "-I", str(SOURCES), "-D", f"FEATUREFLOW_KERNELS_DIGEST={digest}",
+            str(module), "--emit", "shared-lib", "-o", str(tmp),
+        ]  # fmt: skip
         print("build_kernels:", " ".join(cmd), flush=True)
         result = subprocess.run(cmd, cwd=SOURCES, capture_output=True, text=True)
         if result.returncode != 0:
@@ -86,8 +90,8 @@ def build(force: bool) -> int:
         if force or not dst.exists() or dst.stat().st_size != src.stat().st_size:
             shutil.copy2(src, dst)
     version = subprocess.run([str(mojo), "--version"], capture_output=True, text=True).stdout
-    info = {"mojo_version": version.strip(), "sources_sha256": sources_digest(sources)}
-    (OUT / "build_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    info = {"mojo_version": version.strip(), "sources_sha256": digest}
+    info_path.write_text(json.dumps(info, indent=2) + "\n")
     return 0
 
 

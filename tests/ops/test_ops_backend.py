@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import featureflow.ops as ops
-from featureflow.ops import _backend, _native
+from featureflow.ops import _backend, _mojo
+from featureflow.ops._mojo import loader
 
 
 def test_backend_is_the_forced_one(backend: str) -> None:
@@ -33,15 +35,68 @@ def test_describe_says_where_and_why(backend: str) -> None:
 def test_missing_kernels_fall_back_or_fail_as_asked(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(_native, "NATIVE_DIR", tmp_path)
+    monkeypatch.setattr(loader, "NATIVE_DIR", tmp_path)
     monkeypatch.setenv(_backend.ENV_VAR, "auto")
     _backend.reset()
     assert ops.backend() == "numpy"
     assert "make kernels" in ops.backend_reason()
     monkeypatch.setenv(_backend.ENV_VAR, "mojo")
     _backend.reset()
-    with pytest.raises(_native.NativeLoadError, match="not found"):
+    with pytest.raises(_mojo.NativeLoadError, match="not found"):
         ops.backend()
+
+
+def _refused(monkeypatch: pytest.MonkeyPatch, match: str) -> None:
+    """Forced, the library is refused with `match`; auto, the reference runs instead."""
+    monkeypatch.setenv(_backend.ENV_VAR, "mojo")
+    _backend.reset()
+    with pytest.raises(loader.StaleKernelsError, match=match) as refused:
+        ops.backend()
+    assert "make kernels" in str(refused.value)
+    monkeypatch.setenv(_backend.ENV_VAR, "auto")
+    _backend.reset()
+    assert ops.backend() == "numpy"
+    assert "make kernels" in ops.backend_reason()
+
+
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
+def test_library_records_the_digest_of_its_sources() -> None:
+    facts = loader.load().abi()
+    assert facts["abi_version"] == loader.ABI_VERSION
+    assert facts["sources_digest"] == loader.sources_digest(loader.SOURCES_DIR)
+    assert facts["sources_digest"] == loader.build_info()["sources_sha256"]
+
+
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
+def test_kernels_built_from_other_sources_are_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A source edited after the build (the real library, other sources)."""
+    sources = tmp_path / "mojo_ops"
+    shutil.copytree(loader.SOURCES_DIR, sources, ignore=shutil.ignore_patterns("__mojocache__"))
+    abi = sources / "featureflow_kernels" / "abi.mojo"
+    abi.write_text(abi.read_text() + "\n# an edit not compiled yet\n")
+    monkeypatch.setattr(loader, "SOURCES_DIR", sources)
+    _refused(monkeypatch, "built from other sources")
+
+
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
+def test_kernels_of_another_abi_version_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(loader, "ABI_VERSION", loader.ABI_VERSION + 1)
+    _refused(monkeypatch, "ABI version 1, this featureflow speaks 2")
+
+
+@pytest.mark.parametrize("backend", ["mojo"], indirect=True)
+def test_installed_without_sources_the_build_record_is_checked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without the sources (an installed package) the library's digest must be the
+    one its build recorded."""
+    monkeypatch.setattr(loader, "SOURCES_DIR", tmp_path)
+    _backend.reset()
+    assert ops.backend() == "mojo"
+    monkeypatch.setattr(loader, "build_info", lambda: {"sources_sha256": "0" * 16})
+    _refused(monkeypatch, "built from other sources")
 
 
 def test_unknown_backend_name_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,7 +109,7 @@ def test_unknown_backend_name_is_rejected(monkeypatch: pytest.MonkeyPatch) -> No
 def test_import_is_cheap_and_loads_no_kernels() -> None:
     code = (
         "import sys, time; t = time.perf_counter(); import featureflow.ops; "
-        "print(time.perf_counter() - t, 'featureflow.ops._native' in sys.modules)"
+        "print(time.perf_counter() - t, 'featureflow.ops._mojo' in sys.modules)"
     )
     src = str(Path(__file__).resolve().parents[2] / "src")
     out = subprocess.run(

@@ -87,12 +87,12 @@ def test_rolling_sums_are_ieee_and_exact_once_the_inf_has_left(
 ) -> None:
     """+inf in the frame: sum +inf; both: NaN; var NaN; after it left: finite and
     exact (the Mojo kernels gave NaN from there on). Every kernel path."""
-    from featureflow.ops import _native
+    from featureflow.ops._mojo import planning
 
     if inorder_span is not None:
-        monkeypatch.setattr(_native, "INORDER_MAX_SPAN", inorder_span)
+        monkeypatch.setattr(planning, "INORDER_MAX_SPAN", inorder_span)
     if walk_rows is not None:
-        monkeypatch.setattr(_native, "WALK_ROWS", walk_rows)
+        monkeypatch.setattr(planning, "WALK_ROWS", walk_rows)
     nkeys = 3 if keyed else 1
     n = len(SEQ)
     ts = np.array([3 * i + k for i in range(n) for k in range(nkeys)], dtype=np.int64)

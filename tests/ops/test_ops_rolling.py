@@ -96,13 +96,13 @@ def test_in_order_keyed_five_aggs_match_duckdb(
     The bucketed path recomputes frames of at most about `WALK_ROWS` rows from a
     key's recent rows (0: never; 1: a bucket's walks go over budget and fall back to
     the deques mid-way; 10**6: always) and maintains longer ones with deques."""
-    from featureflow.ops import _native
+    from featureflow.ops._mojo import planning
 
     data = in_ts_order(data)
     with pytest.MonkeyPatch.context() as mp:
         if bucketed:
-            mp.setattr(_native, "INORDER_MAX_SPAN", 0)
-            mp.setattr(_native, "WALK_ROWS", walk_rows)
+            mp.setattr(planning, "INORDER_MAX_SPAN", 0)
+            mp.setattr(planning, "WALK_ROWS", walk_rows)
         assert_windows_match(data, [window, window + 3], aggs)
 
 
@@ -118,7 +118,7 @@ def test_in_order_ring_agrees_with_bucketed(
     The bucketed side recomputes frames from each key's recent rows (frames of a
     hot key overflow the inline slots and walk back along the row links), keeps
     deques, or switches from one to the other mid-bucket (`WALK_ROWS`)."""
-    from featureflow.ops import _native
+    from featureflow.ops._mojo import planning
 
     rng = np.random.default_rng(11)
     n = 60_000
@@ -134,10 +134,10 @@ def test_in_order_ring_agrees_with_bucketed(
     raw[rng.random(n) < 0.05] = np.nan
     values = pa.array(raw, mask=rng.random(n) < 0.05)
     windows = [1, 1_000, 50_000, 400_000]
-    monkeypatch.setattr(_native, "_parts", lambda rows: parts)
+    monkeypatch.setattr(planning, "parts", lambda rows: parts)
     in_order = ops.rolling(ts, values, windows, FIVE, keys=keys)
-    monkeypatch.setattr(_native, "INORDER_MAX_SPAN", 0)
-    monkeypatch.setattr(_native, "WALK_ROWS", walk_rows)
+    monkeypatch.setattr(planning, "INORDER_MAX_SPAN", 0)
+    monkeypatch.setattr(planning, "WALK_ROWS", walk_rows)
     bucketed = ops.rolling(ts, values, windows, FIVE, keys=keys)
     for name in in_order.column_names:
         assert in_order[name].is_null().equals(bucketed[name].is_null()), name
@@ -155,7 +155,7 @@ def test_bucketed_walks_over_budget_fall_back(
     starts by recomputing frames) but hold hundreds of a key's rows inside a burst,
     so walking them back goes over budget and the bucket falls back to the deques
     (walk_rows 1); 10**6 walks them all, 0 never walks: each against DuckDB."""
-    from featureflow.ops import _native
+    from featureflow.ops._mojo import planning
 
     rng = np.random.default_rng(5)
     bursts, per = 60, 300
@@ -165,8 +165,8 @@ def test_bucketed_walks_over_budget_fall_back(
     raw = rng.normal(0, 100, len(ts))
     raw[rng.random(len(ts)) < 0.05] = np.nan
     values = pa.array(raw)
-    monkeypatch.setattr(_native, "INORDER_MAX_SPAN", 0)
-    monkeypatch.setattr(_native, "WALK_ROWS", walk_rows)
+    monkeypatch.setattr(planning, "INORDER_MAX_SPAN", 0)
+    monkeypatch.setattr(planning, "WALK_ROWS", walk_rows)
     assert_windows_match(Rows(ts, values, pa.array(keys)), [100, 1000], FIVE)
 
 
@@ -332,7 +332,7 @@ def test_parts_on_threads_agree_with_one_thread(
 ) -> None:
     """Large calls are split over threads (keys, or rows with a warm-up when unkeyed)."""
     assert backend == "mojo"
-    from featureflow.ops import _native
+    from featureflow.ops._mojo import planning
 
     rng = np.random.default_rng(7)
     n = 20_000
@@ -346,7 +346,7 @@ def test_parts_on_threads_agree_with_one_thread(
     windows, aggs = [10, 5_000, 10**9], FIVE if five else STREAMED
 
     one = ops.rolling(ts, values, windows, aggs, keys=keys)
-    monkeypatch.setattr(_native, "_parts", lambda rows: parts)
+    monkeypatch.setattr(planning, "parts", lambda rows: parts)
     split = ops.rolling(ts, values, windows, aggs, keys=keys)
     for name in one.column_names:
         a = np.asarray(one[name].to_numpy(zero_copy_only=False), dtype=np.float64)

@@ -138,7 +138,7 @@ def test_sessions_over_ts_ordered_input_match_duckdb(
     them by key; with first or last, two passes (count each key's sessions, then
     aggregate into its slots). `grouped` forces the grouping path (its scratch is
     the only one offered)."""
-    from featureflow.ops import _native
+    from featureflow.ops._mojo import NativeBackend
 
     ends = ("first", "last")
     if by_close:
@@ -149,7 +149,12 @@ def test_sessions_over_ts_ordered_input_match_duckdb(
     n = len(data.ts)
     with pytest.MonkeyPatch.context() as mp:
         if grouped:
-            mp.setattr(_native, "_sessions_in_order_scratch_bytes", lambda rows, keys: 0)
+            scratch = NativeBackend._scratch
+
+            def no_in_order(self: NativeBackend, kind: str, *sizes: int) -> int:
+                return 0 if kind == "sessions_in_order" else scratch(self, kind, *sizes)
+
+            mp.setattr(NativeBackend, "_scratch", no_in_order)
         table = ops.sessions(data.ts, data.values, gap, aggs, keys=data.keys)
     expected = oracle.sessions(data.ts, data.values, np.full(n, gap), aggs, data.keys)
     assert_sessions_match(table, expected, aggs, keyed=data.keys is not None)

@@ -7,20 +7,20 @@ import pyarrow as pa
 import pytest
 
 import featureflow.ops as ops
-from featureflow.ops import _native
+from featureflow.ops import _mojo
 
 
 @pytest.fixture
 def recorded_addresses(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """Descriptors handed to the kernel (the words include the buffer addresses)."""
     calls: list[list[int]] = []
-    original = _native.NativeBackend._call
+    original = _mojo.NativeBackend._call
 
-    def spy(self: _native.NativeBackend, kernel: str, words: list[int], *extra: int) -> int:
+    def spy(self: _mojo.NativeBackend, kernel: str, words: list[int], *extra: int) -> int:
         calls.append(list(words))
         return original(self, kernel, words, *extra)
 
-    monkeypatch.setattr(_native.NativeBackend, "_call", spy)
+    monkeypatch.setattr(_mojo.NativeBackend, "_call", spy)
     return calls
 
 

@@ -36,10 +36,10 @@ def backend_reason() -> str:
 
 def describe() -> dict[str, str]:
     """Facts for ``featureflow doctor``: backend, reason, Mojo version, kernel library."""
-    from featureflow.ops import _native
+    from featureflow.ops import _mojo
 
     choice = _backend.current()
-    info = _native.build_info()
+    info = _mojo.build_info()
     try:
         installed = importlib.metadata.version("mojo")
     except importlib.metadata.PackageNotFoundError:

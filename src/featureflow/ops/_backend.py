@@ -67,7 +67,7 @@ _choice: Choice | None = None
 
 
 def _choose() -> Choice:
-    from featureflow.ops import _native, _reference
+    from featureflow.ops import _mojo, _reference
 
     wanted = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
     if wanted not in ("auto", "mojo", "numpy"):
@@ -76,13 +76,13 @@ def _choose() -> Choice:
     if wanted == "numpy":
         return Choice(_reference.ReferenceBackend(), f"forced by {ENV_VAR}=numpy", None)
     try:
-        module = _native.load()
-    except _native.NativeLoadError as exc:
+        module = _mojo.load()
+    except _mojo.NativeLoadError as exc:
         if wanted == "mojo":
             raise
         return Choice(_reference.ReferenceBackend(), f"Mojo kernels unavailable: {exc}", None)
-    path = str(_native.library_path())
-    return Choice(_native.NativeBackend(module), f"Mojo kernels loaded from {path}", path)
+    path = str(_mojo.library_path())
+    return Choice(_mojo.NativeBackend(module), f"Mojo kernels loaded from {path}", path)
 
 
 def current() -> Choice:

@@ -1,0 +1,19 @@
+"""featureflow's window kernels over Arrow buffers passed by address.
+
+Rolling (RANGE and sawtooth frames), hopping and session aggregates, read
+from the caller's buffers in place and written into its output columns. The
+Python extension is the thin module `mojo_ops/kernels.mojo`; this package
+holds the algorithms, one a file:
+
+- `abi`: codes, the descriptor header, the ABI version and source digest.
+- `buffers`, `order`: typed loads and stores, scratch; sorting and grouping.
+- `agg`: the aggregate math the passes share (sums, outputs, `Sliding`).
+- `support`: which path can take which aggregates.
+- `rolling`: the entry points, then one file per path (`_grouped`, `_stream`,
+  `_region`, `_inorder`, `_bucketed`, `_slots`, `_generic`).
+- `sessions`: the entry point, then `_in_order`, `_by_close`, `_generic`.
+- `hopping`, `keys`.
+
+Scratch memory is allocated by the caller from the Arrow pool; sizes are
+asked of the `*_scratch_bytes` functions through the bindings.
+"""

@@ -1,0 +1,293 @@
+"""Rolling over input in ts order, one streaming pass per window
+(`stream_window`; `stream_dispatch` sends unkeyed calls here).
+
+Input already in ts order (as a stream delivers it) is read in place. Rows
+enter their key's state in input order and leave it in input order too: a
+second pointer `lo` trails the newest row by the window, and rows leave when
+ts < lower (the frame's low end, non-decreasing in t). So the inputs are read
+twice sequentially, every output is written sequentially, and only the
+per-key state (64 bytes a key, +64 for var/std) is touched at random.
+min/max are monotonic deques and `first` a FIFO of non-null rows, linked
+through int32 arrays indexed by row (relative to the pass's first row).
+A run of rows with an equal ts enters before any of it is emitted (RANGE
+CURRENT ROW includes peers). A part [r0, r1) (r0 a multiple of 64, so
+validity words are never shared) starts at the first row in the frame of
+row r0 and emits from r0 on; rows of a run continuing past r1 enter only.
+"""
+
+from std.utils.numerics import isnan
+from std.math import sqrt
+from featureflow_kernels.abi import A_STD, A_VAR, Column, F64P, I32P, I64P, f64p, i64p
+from featureflow_kernels.buffers import put, store_bits
+from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.agg.outputs import Outs
+from featureflow_kernels.rolling._frames import first_at_or_after, frame_lower
+
+
+comptime REC = 8  # int64 words per key in the main state record
+# main record words: 0 count, 1 sum, 2 sum compensation, 3 (min front, min back),
+# 4 (max front, max back), 5 (first, last) as int32 pairs (-1: none)
+comptime SQ = 8  # float64 words per key for var/std: s1, s1c, s2, s2c, shift, shift set
+
+
+def stream_scratch_bytes(n: Int, ngroups: Int) -> Int:
+    """Scratch each part of `rolling_stream_part` needs:
+    128 bytes of state a key, 24 bytes a row (keyed: slots and deques; unkeyed:
+    links)."""
+    return 8 * (REC + SQ) * ngroups + 24 * n + 64 * 4
+
+
+def stream_window[
+    KEYED: Bool, SUM: Bool, MINMAX: Bool, EXTRA: Bool
+](
+    ts: I64P,
+    sv: F64P,
+    codes: I32P,
+    g: Int,
+    n: Int,
+    r0: Int,
+    r1: Int,
+    width: Int,
+    hop: Int,
+    o: Outs,
+    cols: List[Column],
+    c0: Int,
+    naggs: Int,
+    scratch: Int,
+):
+    """One window's aggregates for rows [r0, r1) of ts-ordered input (see above)."""
+    var need_min = o.min != 0
+    var need_max = o.max != 0
+    var need_sq = o.std != 0 or o.var_ != 0
+    var need_first = o.first != 0
+    var need_last = o.last != 0
+    var w0 = first_at_or_after(ts, 0, r0, frame_lower(Int(ts[unsafe_offset=r0]), width, hop))
+    var end = r1
+    while end < n and ts[unsafe_offset=end] == ts[unsafe_offset=r1 - 1]:
+        end += 1
+    var cap = end - w0
+    var st = i64p(scratch)
+    var sf = f64p(scratch)
+    var si = I32P(unsafe_from_address=scratch)
+    var sq = f64p(scratch + 8 * REC * g)
+    var minprev = I32P(unsafe_from_address=scratch + 8 * (REC + SQ) * g)
+    var minnext = minprev.unsafe_offset(cap)
+    var maxprev = minprev.unsafe_offset(2 * cap)
+    var maxnext = minprev.unsafe_offset(3 * cap)
+    var nextrow = minprev.unsafe_offset(4 * cap)
+    var base = sv.unsafe_offset(w0)  # values by link index
+    for k in range(g):
+        var r = k * REC
+        st[unsafe_offset=r] = 0
+        sf[unsafe_offset=r + 1] = 0.0
+        sf[unsafe_offset=r + 2] = 0.0
+        st[unsafe_offset=r + 3] = -1
+        st[unsafe_offset=r + 4] = -1
+        st[unsafe_offset=r + 5] = -1
+    comptime if EXTRA:
+        if need_sq:
+            for k in range(g * SQ):
+                sq[unsafe_offset=k] = 0.0
+    var nvalid = List[Int]()
+    var nvalid_two = List[Bool]()
+    for c in range(c0, c0 + naggs):
+        if cols[c].valid != 0:
+            nvalid.append(cols[c].valid)
+            nvalid_two.append(cols[c].agg == A_STD or cols[c].agg == A_VAR)
+    var vbytes = (n + 7) // 8
+    var bits1: UInt64 = 0
+    var bits2: UInt64 = 0
+    var lo = w0
+    var p = w0
+    while p < end:
+        var t = ts[unsafe_offset=p]
+        var e = p + 1
+        while e < end and ts[unsafe_offset=e] == t:
+            e += 1
+        # the run [p, e) enters
+        for q in range(p, e):
+            var v = sv[unsafe_offset=q]
+            if isnan(v):
+                continue
+            var r = 0
+            comptime if KEYED:
+                r = Int(codes[unsafe_offset=q]) * REC
+            st[unsafe_offset=r] += 1
+            var qi = Int32(q - w0)
+            comptime if SUM:
+                var s = sf[unsafe_offset=r + 1]
+                var sc = sf[unsafe_offset=r + 2]
+                two_sum(s, sc, v)
+                sf[unsafe_offset=r + 1] = s
+                sf[unsafe_offset=r + 2] = sc
+            comptime if MINMAX:
+                if need_min:
+                    var b = si[unsafe_offset=2 * (r + 3) + 1]
+                    while b >= 0 and base[unsafe_offset=Int(b)] >= v:
+                        b = minprev[unsafe_offset=Int(b)]
+                    minprev[unsafe_offset=Int(qi)] = b
+                    if b < 0:
+                        si[unsafe_offset=2 * (r + 3)] = qi
+                    else:
+                        minnext[unsafe_offset=Int(b)] = qi
+                    si[unsafe_offset=2 * (r + 3) + 1] = qi
+                if need_max:
+                    var b = si[unsafe_offset=2 * (r + 4) + 1]
+                    while b >= 0 and base[unsafe_offset=Int(b)] <= v:
+                        b = maxprev[unsafe_offset=Int(b)]
+                    maxprev[unsafe_offset=Int(qi)] = b
+                    if b < 0:
+                        si[unsafe_offset=2 * (r + 4)] = qi
+                    else:
+                        maxnext[unsafe_offset=Int(b)] = qi
+                    si[unsafe_offset=2 * (r + 4) + 1] = qi
+            comptime if EXTRA:
+                if need_sq:
+                    var k = (r // REC) * SQ
+                    if sq[unsafe_offset=k + 5] == 0.0:
+                        # shifting by a value of the data keeps s2 - s1^2/n free of
+                        # catastrophic cancellation when values share a large offset
+                        sq[unsafe_offset=k + 4] = v
+                        sq[unsafe_offset=k + 5] = 1.0
+                    var d = v - sq[unsafe_offset=k + 4]
+                    var s1 = sq[unsafe_offset=k]
+                    var s1c = sq[unsafe_offset=k + 1]
+                    var s2 = sq[unsafe_offset=k + 2]
+                    var s2c = sq[unsafe_offset=k + 3]
+                    two_sum(s1, s1c, d)
+                    add_square(s2, s2c, d, 1.0)
+                    sq[unsafe_offset=k] = s1
+                    sq[unsafe_offset=k + 1] = s1c
+                    sq[unsafe_offset=k + 2] = s2
+                    sq[unsafe_offset=k + 3] = s2c
+                if need_first:
+                    var last = si[unsafe_offset=2 * (r + 5) + 1]
+                    if last < 0:
+                        si[unsafe_offset=2 * (r + 5)] = qi
+                    else:
+                        nextrow[unsafe_offset=Int(last)] = qi
+                si[unsafe_offset=2 * (r + 5) + 1] = qi
+        # rows older than the frame leave, oldest first
+        var lower = Int64(frame_lower(Int(t), width, hop))
+        while ts[unsafe_offset=lo] < lower:
+            var x = sv[unsafe_offset=lo]
+            var li = Int32(lo - w0)
+            lo += 1
+            if isnan(x):
+                continue
+            var r = 0
+            comptime if KEYED:
+                r = Int(codes[unsafe_offset=lo - 1]) * REC
+            var cnt = st[unsafe_offset=r] - 1
+            st[unsafe_offset=r] = cnt
+            if cnt == 0:
+                # an empty frame: restart exactly instead of carrying noise
+                sf[unsafe_offset=r + 1] = 0.0
+                sf[unsafe_offset=r + 2] = 0.0
+                st[unsafe_offset=r + 3] = -1
+                st[unsafe_offset=r + 4] = -1
+                st[unsafe_offset=r + 5] = -1
+                comptime if EXTRA:
+                    if need_sq:
+                        var k = (r // REC) * SQ
+                        for j in range(SQ):
+                            sq[unsafe_offset=k + j] = 0.0
+                continue
+            comptime if SUM:
+                var s = sf[unsafe_offset=r + 1]
+                var sc = sf[unsafe_offset=r + 2]
+                two_sum(s, sc, -x)
+                sf[unsafe_offset=r + 1] = s
+                sf[unsafe_offset=r + 2] = sc
+            comptime if MINMAX:
+                # a deque's back is the key's newest row: never the leaving one here
+                # (the new front's back link is cut so pops stop at the front)
+                if need_min and si[unsafe_offset=2 * (r + 3)] == li:
+                    var f = minnext[unsafe_offset=Int(li)]
+                    si[unsafe_offset=2 * (r + 3)] = f
+                    minprev[unsafe_offset=Int(f)] = -1
+                if need_max and si[unsafe_offset=2 * (r + 4)] == li:
+                    var f = maxnext[unsafe_offset=Int(li)]
+                    si[unsafe_offset=2 * (r + 4)] = f
+                    maxprev[unsafe_offset=Int(f)] = -1
+            comptime if EXTRA:
+                if need_sq:
+                    var k = (r // REC) * SQ
+                    var d = x - sq[unsafe_offset=k + 4]
+                    var s1 = sq[unsafe_offset=k]
+                    var s1c = sq[unsafe_offset=k + 1]
+                    var s2 = sq[unsafe_offset=k + 2]
+                    var s2c = sq[unsafe_offset=k + 3]
+                    two_sum(s1, s1c, -d)
+                    add_square(s2, s2c, d, -1.0)
+                    sq[unsafe_offset=k] = s1
+                    sq[unsafe_offset=k + 1] = s1c
+                    sq[unsafe_offset=k + 2] = s2
+                    sq[unsafe_offset=k + 3] = s2c
+                if need_first:  # the leaving row is the FIFO's front
+                    si[unsafe_offset=2 * (r + 5)] = nextrow[unsafe_offset=Int(li)]
+        # the frame's results for the run's rows of this part
+        for q in range(max(p, r0), min(e, r1)):
+            var r = 0
+            comptime if KEYED:
+                r = Int(codes[unsafe_offset=q]) * REC
+            var count = Int(st[unsafe_offset=r])
+            var has = count > 0
+            if o.count != 0:
+                i64p(o.count)[unsafe_offset=q] = Int64(count)
+            comptime if SUM:
+                var rsum = 0.0
+                if has:
+                    rsum = sf[unsafe_offset=r + 1] + sf[unsafe_offset=r + 2]
+                if o.sum != 0:
+                    f64p(o.sum)[unsafe_offset=q] = rsum
+                if o.mean != 0:
+                    f64p(o.mean)[unsafe_offset=q] = rsum / Float64(count) if has else 0.0
+            comptime if MINMAX:
+                if need_min:
+                    var rmin = 0.0
+                    if has:
+                        rmin = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 3)])]
+                    put(o.min, o.min_dt, q, rmin)
+                if need_max:
+                    var rmax = 0.0
+                    if has:
+                        rmax = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 4)])]
+                    put(o.max, o.max_dt, q, rmax)
+            comptime if EXTRA:
+                if need_sq:
+                    var rvar = 0.0
+                    if count > 1:
+                        var k = (r // REC) * SQ
+                        rvar = sample_variance(
+                            sq[unsafe_offset=k],
+                            sq[unsafe_offset=k + 1],
+                            sq[unsafe_offset=k + 2],
+                            sq[unsafe_offset=k + 3],
+                            count,
+                        )
+                    if o.var_ != 0:
+                        f64p(o.var_)[unsafe_offset=q] = rvar
+                    if o.std != 0:
+                        f64p(o.std)[unsafe_offset=q] = sqrt(rvar)
+                if need_first:
+                    var rfirst = 0.0
+                    if has:
+                        rfirst = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5)])]
+                    put(o.first, o.first_dt, q, rfirst)
+                if need_last:
+                    var rlast = 0.0
+                    if has:
+                        rlast = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5) + 1])]
+                    put(o.last, o.last_dt, q, rlast)
+            var bit = UInt64(1) << UInt64(q & 63)
+            if has:
+                bits1 |= bit
+            if count > 1:
+                bits2 |= bit
+            if (q & 63) == 63 or q == r1 - 1:
+                for j in range(len(nvalid)):
+                    store_bits(nvalid[j], q >> 6, bits2 if nvalid_two[j] else bits1, vbytes)
+                bits1 = 0
+                bits2 = 0
+        p = e

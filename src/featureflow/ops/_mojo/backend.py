@@ -1,0 +1,205 @@
+"""`NativeBackend`: the backend interface of `featureflow.ops._backend` over the
+loaded Mojo kernels (see `featureflow.ops._mojo` for the other jobs).
+
+Kernel scratch comes from the Arrow memory pool: its pages stay mapped between
+calls, so a repeated call does not pay the page faults of fresh memory again.
+Its sizes are asked of the library (``scratch_bytes``). The sliding sums are
+only given finite values: `featureflow.ops._nonfinite` handles frames holding
+±inf.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from featureflow.ops._inputs import Series
+from featureflow.ops._mojo import descriptor, planning, threads
+from featureflow.ops._tables import OutputColumn, WindowBounds
+
+
+class NativeBackend:
+    """The Mojo kernels behind the backend interface of `featureflow.ops._backend`."""
+
+    name: Final = "mojo"
+
+    def __init__(self, module: ModuleType) -> None:
+        self._kernels = module
+        facts = module.abi()
+        self._convert = int(facts["stream_convert"])
+        self._bucketed = int(facts["stream_bucketed"])
+
+    def _call(self, kernel: str, words: list[int] | np.ndarray, *extra: int) -> int:
+        desc = words if isinstance(words, np.ndarray) else np.array(words, dtype=np.int64)
+        try:
+            return int(getattr(self._kernels, kernel)(desc.ctypes.data, *extra))
+        except Exception as exc:  # the extension raises plain Exception
+            text = str(exc)
+            if text.startswith("ValueError: "):
+                raise ValueError(text.removeprefix("ValueError: ")) from None
+            raise
+
+    def _scratch(self, kind: str, a: int, b: int = 0, c: int = 0) -> int:
+        """Bytes of scratch kernel `kind` needs (``scratch_bytes`` in kernels.mojo)."""
+        return int(self._kernels.scratch_bytes(kind, a, b, c))
+
+    def _on_threads(self, calls: list[tuple[Any, ...]]) -> None:
+        """Run kernel calls that release the GIL: the first here, the others on the pool."""
+        threads.on_threads(self._call, calls)
+
+    def int_key_codes(self, arr: pa.Array) -> tuple[np.ndarray, pa.Array] | None:
+        """Dense int32 codes of integer keys without nulls, numbered in order of first
+        occurrence (as ``dictionary_encode``), through a direct table over the key
+        range; ``None`` when the range is too wide for a table (the caller hashes)."""
+        n = len(arr)
+        if n == 0 or arr.null_count or not pa.types.is_integer(arr.type):
+            return None
+        bounds = pc.min_max(arr)
+        lo, hi = int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        span = hi - lo + 1
+        if span > max(4 * n, 1 << 16) or span >= 1 << 31:
+            return None
+        keys = arr if arr.type == pa.int64() else arr.cast(pa.int64())
+        table = pa.allocate_buffer(4 * span)
+        codes = np.empty(n, dtype=np.int32)
+        first = np.empty(min(n, span), dtype=np.int64)
+        address = descriptor.address(keys, 1) + keys.offset * 8
+        words = [n, address, lo, span, table.address, int(codes.ctypes.data)]
+        g = self._call("encode_int_keys", [*words, int(first.ctypes.data)])
+        return codes, arr.take(pa.array(first[:g]))
+
+    def rolling(
+        self,
+        s: Series,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None:
+        desc = descriptor.rolling(s, windows, hop, len(aggs), columns)
+        mode = self._call("rolling_stream_mode", desc) if s.n else 0
+        if mode == self._bucketed:
+            self._rolling_keyed_in_order(s, desc, len(windows))
+            return
+        if mode:
+            self._rolling_stream(s, desc, mode == self._convert)
+            return
+        scratch = pa.allocate_buffer(self._scratch("rolling", s.n, s.ngroups, len(windows)))
+        desc[descriptor.ROLLING_SCRATCH] = [scratch.address, scratch.size]
+        maxrun = self._call("rolling_prepare", desc)
+        if s.n == 0 or maxrun < 0:  # nothing to do, or done on the count_distinct path
+            return
+        parts = planning.parts(s.n)
+        deques = [pa.allocate_buffer(self._scratch("deques", maxrun)) for _ in range(parts)]
+        self._on_threads(
+            [("rolling_part", desc, i, parts, deques[i].address) for i in range(parts)]
+        )
+        self._call("rolling_finish", desc)
+
+    def _rolling_stream(self, s: Series, desc: np.ndarray, convert: bool) -> None:
+        """Input in ts order: one streaming pass per window and part (rolling/__init__.mojo)."""
+        values = pa.allocate_buffer(8 * s.n) if convert else None
+        if values is not None:
+            self._call("rolling_stream_convert", desc, values.address)
+        vaddr = 0 if values is None else values.address
+        parts = planning.parts(s.n)
+        size = self._scratch("stream", s.n, s.ngroups)
+        scratch = [pa.allocate_buffer(size) for _ in range(parts)]
+        self._on_threads(
+            [
+                ("rolling_stream_part", desc, i, parts, scratch[i].address, vaddr)
+                for i in range(parts)
+            ]
+        )
+
+    def _rolling_keyed_in_order(self, s: Series, desc: np.ndarray, nwin: int) -> None:
+        """Keyed count/sum/mean/min/max over input in ts order: each window whose
+        frames span few rows (`planning.in_order_ring_rows`) streams in input order,
+        the others take the bucketed path."""
+        parts = planning.parts(s.n)
+        bucketed = []
+        scratch: list[pa.Buffer] = []
+        limit = planning.in_order_span_limit(s.n, parts)
+        for w in range(nwin):
+            span = self._call("rolling_inorder_span", desc, w, limit)
+            ring = planning.in_order_ring_rows(span, limit)
+            if ring == 0:
+                bucketed.append(w)
+                continue
+            size = self._scratch("inorder", s.ngroups, ring)
+            if not scratch or scratch[0].size < size:
+                scratch = [pa.allocate_buffer(size) for _ in range(parts)]
+            self._on_threads(
+                [
+                    ("rolling_inorder_part", desc, i, parts, w, scratch[i].address, ring)
+                    for i in range(parts)
+                ]
+            )
+        if bucketed:
+            self._rolling_bucketed(s, desc, bucketed)
+
+    def _rolling_bucketed(self, s: Series, desc: np.ndarray, windows: list[int]) -> None:
+        """Keyed input in ts order: partition, per-bucket windows, back to input
+        order; each phase split over the threads (rolling/_bucketed.mojo)."""
+        parts = planning.parts(s.n)
+        scratch = pa.allocate_buffer(self._scratch("bucketed", s.n, parts))
+
+        def phase(number: int, window: int = 0) -> None:
+            self._on_threads(
+                [
+                    (
+                        "rolling_bucketed_part",
+                        desc,
+                        number,
+                        i,
+                        parts,
+                        scratch.address,
+                        window,
+                        planning.WALK_ROWS,
+                    )
+                    for i in range(parts)
+                ]
+            )
+
+        phase(0)
+        phase(1)
+        for w in windows:
+            phase(2, w)
+            phase(3, w)
+
+    def hopping(
+        self,
+        s: Series,
+        size: int,
+        step: int,
+        aggs: list[str],
+        count_only: bool,
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int:
+        words = descriptor.hopping(s, size, step, len(aggs), count_only, bounds, columns)
+        return self._call("hopping", words)
+
+    def sessions(
+        self,
+        s: Series,
+        gap: int,
+        gaps: np.ndarray | None,
+        aggs: list[str],
+        bounds: WindowBounds,
+        columns: list[OutputColumn],
+    ) -> int:
+        words = descriptor.sessions(s, gap, gaps, len(aggs), bounds, columns)
+        in_order = planning.sessions_may_stream(s, gaps, aggs)
+        sizes = [self._scratch("sessions_in_order", s.n, s.ngroups)] if in_order else []
+        for size in [*sizes, self._scratch("sessions", s.n, s.ngroups)]:
+            scratch = pa.allocate_buffer(size)
+            m = self._call("sessions", [*words, scratch.address, scratch.size])
+            if m >= 0:  # -1: input not in ts order, the grouping path needs more scratch
+                return m
+        msg = "internal: sessions kernel refused its scratch"
+        raise RuntimeError(msg)
