@@ -51,7 +51,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed
 
-# Compile the Mojo kernels into the package (src/featureflow/ops/_native/).
+# Compile the Mojo kernels (mojo_ops/kernels.mojo over the featureflow_kernels package) into
+# src/featureflow/ops/_native/, the sources' digest baked in: the loader refuses a stale build.
 kernels: venv
 	$(BIN)/python scripts/build_kernels.py
 
@@ -80,7 +81,7 @@ demo: setup
 
 # All tests: unit, property, and integration tests that start the real Kafka
 # broker, local Spark and redis-server. Nothing is skipped.
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest -p no:cacheprovider
 
 # The quick loop while developing: everything but the integration suites.
@@ -93,9 +94,18 @@ bench: setup
 	$(BIN)/python bench/backfill.py
 	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER)
 
+# Run by `make test` (and so by CI) before the tests. `mojo format` has no --check: a copy of
+# mojo_ops/ is formatted and compared.
+MOJO_FORMAT := $(BIN)/mojo format -q -l 100
 lint: venv
 	$(BIN)/ruff check src tests jobs bench scripts feature_repo
 	$(BIN)/mypy
+	@tmp=$$(mktemp -d) && cp -r mojo_ops $$tmp/ && rm -rf $$tmp/mojo_ops/__mojocache__ && \
+	$(MOJO_FORMAT) $$tmp/mojo_ops >/dev/null 2>&1 && \
+	if ! diff -r -x __mojocache__ mojo_ops $$tmp/mojo_ops >/dev/null; then \
+	  diff -ru -x __mojocache__ mojo_ops $$tmp/mojo_ops | head -40; rm -rf $$tmp; \
+	  echo "mojo_ops/ is not formatted: run $(MOJO_FORMAT) mojo_ops"; exit 1; \
+	fi; rm -rf $$tmp
 	$(FF) validate --repo feature_repo --schemas schemas --strict
 
 clean:
