@@ -8,6 +8,7 @@ Arrow tables; no Spark, Kafka or Feast I/O here.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -118,6 +119,23 @@ def session_features(
     return pa.table(columns)
 
 
+def latest_rows(keys: Sequence[pa.Array | pa.ChunkedArray], ts: np.ndarray) -> np.ndarray:
+    """Row numbers of each entity's row with the latest time, in ascending row order.
+
+    An entity is a combination of ``keys`` (one array per key column); ``ts`` the
+    rows' times (any integer unit). Ties go to the later row. A stable sort by
+    time alone (linear on the time-ordered tables the stream job passes), then
+    each entity's last row by hashing: no sort of every row by key.
+    """
+    order = np.argsort(ts, kind="stable")
+    columns = [np.asarray(key.to_numpy(zero_copy_only=False))[order] for key in keys]
+    if len(columns) == 1:
+        repeated = pd.Series(columns[0]).duplicated(keep="last")
+    else:
+        repeated = pd.DataFrame(dict(enumerate(columns))).duplicated(keep="last")
+    return np.sort(order[~repeated.to_numpy()])
+
+
 def latest_per_entity(
     features: pa.Table, join_key: str, *, event_ns_column: str = "event_ns"
 ) -> pa.Table:
@@ -128,10 +146,7 @@ def latest_per_entity(
     """
     if features.num_rows == 0:
         return features
-    keys = features.column(join_key).to_numpy(zero_copy_only=False)
-    ts = features.column(event_ns_column).to_numpy()
-    # A stable sort by time alone (linear on the time-ordered input the stream job
-    # passes), then each key's last row by hashing: no sort of every row by key.
-    order = np.argsort(ts, kind="stable")
-    latest = order[~pd.Series(keys[order]).duplicated(keep="last").to_numpy()]
-    return features.take(pa.array(latest[np.argsort(keys[latest], kind="stable")]))
+    keys = features.column(join_key)
+    latest = latest_rows([keys], features.column(event_ns_column).to_numpy())
+    by_key = np.argsort(keys.to_numpy(zero_copy_only=False)[latest], kind="stable")
+    return features.take(pa.array(latest[by_key]))

@@ -179,6 +179,18 @@ def load_store(repo_path: str | Path) -> FeatureStore:
     return FeatureStore(repo_path=str(path))
 
 
+_cached_stores: dict[str, FeatureStore] = {}
+
+
+def cached_store(repo_path: str | Path) -> FeatureStore:
+    """:func:`load_store`, once per process and repo: Spark reuses its Python workers
+    across tasks, and opening a repo (registry, config) costs more than a batch's write."""
+    key = str(Path(repo_path).resolve())
+    if key not in _cached_stores:
+        _cached_stores[key] = load_store(key)
+    return _cached_stores[key]
+
+
 def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
     """Reduce a Feast ``StreamFeatureView`` with a ``KafkaSource`` to a :class:`StreamViewSpec`."""
     from feast.data_source import KafkaSource

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow import features as feature_math
+from featureflow.columns import EVENT_NS
 from featureflow.errors import EventError, RepoError
 from featureflow.repo import StreamViewSpec, load_store, stream_view_specs
 
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-EVENT_NS = "event_ns"
 DEFAULT_TIMESTAMP = "event_timestamp"
 """The entity dataframe's timestamp column, as in Feast's ``get_historical_features``."""
 

@@ -9,7 +9,8 @@ from duckdb_oracle import EXAMPLE_SPEC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
+from featureflow.columns import EVENT_NS
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, parse_events
 
 pytestmark = pytest.mark.integration
 

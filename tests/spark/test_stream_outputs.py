@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from featureflow import features
 from featureflow.events import sample
 from featureflow.repo import StreamViewSpec
-from featureflow.spark.online_sink import rolling_outputs, session_outputs
+from featureflow.window_state import rolling_outputs, session_outputs
 
 DELAY_NS = 5 * 60 * 10**9
 TILED_SPEC = dataclasses.replace(EXAMPLE_SPEC, tile_hop_ns=5 * 60 * 10**9, watermark_ns=DELAY_NS)

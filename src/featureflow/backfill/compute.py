@@ -19,13 +19,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow import features, ops
+from featureflow import features, online, ops
 from featureflow.backfill.output import DayStore
 from featureflow.backfill.source import ERROR_AT
 from featureflow.backfill.timerange import TimeRange
-from featureflow.repo import StreamViewSpec
-from featureflow.spark.online_sink import _store, online_rows, with_event_timestamp, write_online
-from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS
+from featureflow.columns import EVENT_NS
+from featureflow.repo import StreamViewSpec, cached_store
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+from featureflow.window_state import online_rows, with_event_timestamp
 
 STATS_SCHEMA = (
     "rows long, events long, entities long, online_written long, backend string, "
@@ -110,7 +111,7 @@ class PartitionBackfill:
         online_written = 0
         if self.repo_path is not None and emitted.num_rows:
             rows = online_rows(emitted, self.spec)
-            write_online(_store(self.repo_path), self.spec, rows)
+            online.write(cached_store(self.repo_path), self.spec.name, rows)
             online_written = rows.num_rows
         yield pa.RecordBatch.from_pydict(
             {

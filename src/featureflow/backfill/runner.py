@@ -21,8 +21,8 @@ from featureflow.backfill.compute import STATS_SCHEMA, PartitionBackfill
 from featureflow.backfill.output import DayStore
 from featureflow.backfill.progress import with_progress
 from featureflow.backfill.timerange import TimeRange, context_ns, lookahead_ns
+from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec
-from featureflow.spark.parse import EVENT_NS
 
 if TYPE_CHECKING:
     from feast import FeatureStore

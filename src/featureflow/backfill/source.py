@@ -14,15 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from featureflow.columns import EVENT_NS
 from featureflow.errors import JobError, RepoError
 from featureflow.repo import StreamViewSpec
-from featureflow.spark.parse import (
-    ERROR_FIELD,
-    ERROR_REASON,
-    EVENT_NS,
-    parse_events,
-    with_first_failing,
-)
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, parse_events, with_first_failing
 
 if TYPE_CHECKING:
     from feast import FeatureStore

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from featureflow.columns import NS_PER_DAY
 from featureflow.errors import JobError
 from featureflow.repo import StreamViewSpec
-
-NS_PER_DAY = 86_400 * 1_000_000_000
 
 
 def parse_instant(text: str, option: str) -> int:

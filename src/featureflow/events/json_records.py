@@ -39,6 +39,7 @@ import orjson
 import pyarrow as pa
 
 from featureflow.errors import RepoError
+from featureflow.events import ddl
 
 STAMP = "__stamp"
 """Output column: the event timestamp's text (null: absent or JSON null)."""
@@ -55,11 +56,8 @@ _INT_RANGES = {
     "smallint": (-(2**15), 2**15 - 1),
     "tinyint": (-(2**7), 2**7 - 1),
 }
-_ARROW_TYPES = {
-    "bigint": pa.int64(), "int": pa.int32(), "smallint": pa.int16(), "tinyint": pa.int8(),
-    "double": pa.float64(), "float": pa.float32(), "string": pa.string(), "boolean": pa.bool_(),
-}  # fmt: skip
-SUPPORTED_TYPES = tuple(_ARROW_TYPES)
+SUPPORTED_TYPES = ("bigint", "int", "smallint", "tinyint", "double", "float", "string", "boolean")
+_ARROW_TYPES = {kind: ddl.ARROW_TYPES[kind] for kind in SUPPORTED_TYPES}
 """Spark DDL types (``simpleString``) a JSON field may declare."""
 
 _FLOAT_WORDS = {

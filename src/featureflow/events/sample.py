@@ -22,8 +22,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
+from featureflow.columns import NS_PER_MS, NS_PER_S
 
 MERCHANTS = (
     "grocer", "fuel", "coffee", "airline", "hotel", "electronics", "pharmacy",

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from featureflow.explore.load import EVENT_NS, OFFSET, PARTITION
+from featureflow.columns import EVENT_NS
+from featureflow.explore.load import OFFSET, PARTITION
 from featureflow.ops._durations import duration_ns
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow import ops
+from featureflow.columns import EVENT_NS
 from featureflow.errors import EventError
-from featureflow.explore.load import EVENT_NS, with_event_time
+from featureflow.explore.load import with_event_time
 from featureflow.features import event_features, session_features
 from featureflow.repo import StreamViewSpec
 

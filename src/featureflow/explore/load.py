@@ -15,7 +15,7 @@ Nothing here computes features: see :mod:`featureflow.explore.compute`.
 from __future__ import annotations
 
 import contextlib
-import json
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,35 +26,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featureflow.columns import EVENT_NS, NS_PER_MS
 from featureflow.errors import KafkaBrokerError, RepoError
-from featureflow.events import sample
+from featureflow.events import ddl, reasons, sample
+from featureflow.events.json_records import (
+    IS_OBJECT,
+    KEY_PRESENT,
+    STAMP,
+    VALID_PREFIX,
+    JsonRecordParser,
+)
 from featureflow.repo import StreamViewSpec, load_store, stream_view_spec, stream_view_specs
 
 if TYPE_CHECKING:
     import pandas as pd
     from feast import StreamFeatureView
 
-EVENT_NS = "event_ns"
-"""Column of every loaded table: event time, int64 epoch nanoseconds (UTC)."""
 PARTITION = "partition"
 OFFSET = "offset"
 BATCH = "batch"
 """Column of :func:`history`: the stream job's micro-batch id of each event."""
-
-NS_PER_MS = 1_000_000
-
-# Spark DDL type names of a view's JSON schema -> Arrow types.
-_DDL_TYPES: dict[str, pa.DataType] = {
-    "long": pa.int64(),
-    "bigint": pa.int64(),
-    "int": pa.int32(),
-    "integer": pa.int32(),
-    "double": pa.float64(),
-    "float": pa.float32(),
-    "string": pa.string(),
-    "boolean": pa.bool_(),
-}
-
 
 @dataclass(frozen=True)
 class EventSample:
@@ -85,13 +76,12 @@ def with_event_time(frame: pd.DataFrame, column: str = EVENT_NS) -> pd.DataFrame
 def json_fields(spec: StreamViewSpec) -> dict[str, pa.DataType]:
     """The view's JSON fields and their Arrow types, from its Spark DDL (``user_id long, ...``)."""
     fields: dict[str, pa.DataType] = {}
-    for part in spec.json_schema.split(","):
-        name, _, ddl_type = part.strip().partition(" ")
-        arrow_type = _DDL_TYPES.get(ddl_type.strip().lower())
-        if not name or arrow_type is None:
+    for name, kind in ddl.fields(spec.json_schema):
+        arrow_type = ddl.arrow_type(kind)
+        if arrow_type is None:
             msg = (
-                f"view {spec.name!r}: JSON schema field {part.strip()!r} is not one of "
-                f"'<name> <{'|'.join(_DDL_TYPES)}>'"
+                f"view {spec.name!r}: JSON schema field {name!r} has type {kind!r}, not one "
+                f"of {', '.join(ddl.ARROW_TYPES)}"
             )
             raise RepoError(msg)
         fields[name] = arrow_type
@@ -314,83 +304,90 @@ def from_kafka(
 def parse_records(
     records: list[tuple[int, int, bytes | None]], spec: StreamViewSpec
 ) -> tuple[pa.Table, dict[str, int]]:
-    """(partition, offset, JSON value) records -> events table, and unusable records by reason."""
-    import pandas as pd
+    """(partition, offset, JSON value) records -> events table, and unusable records by reason.
 
-    fields = json_fields(spec)
-    values: dict[str, list[object]] = {name: [] for name in fields}
-    partitions: list[int] = []
-    offsets: list[int] = []
-    skipped: dict[str, int] = {}
-    for partition, offset, raw in records:
-        try:
-            event = json.loads(raw) if raw else None
-        except ValueError:
-            event = None
-        reason = _unusable(event, spec)
-        if reason is not None:
-            skipped[reason] = skipped.get(reason, 0) + 1
+    The stream job's own parser decodes the values
+    (:class:`~featureflow.events.json_records.JsonRecordParser`) and the checks
+    run in the job's order with its reasons (:mod:`featureflow.events.reasons`),
+    so a notebook skips the records the job dead-letters. One difference:
+    RFC 3339 text is parsed by pandas here and by Spark in the job (Spark also
+    takes a few looser spellings).
+    """
+    parser = JsonRecordParser(
+        tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(spec.json_schema)),
+        spec.join_key,
+        spec.timestamp_field,
+    )
+    parsed = parser(pa.array([raw for _, _, raw in records], pa.binary()))
+    event_ns, stamp_reason = _event_ns(parsed.column(STAMP).to_pylist())
+    checks: list[tuple[np.ndarray, str]] = [
+        (~parsed.column(IS_OBJECT).to_numpy(), reasons.NOT_JSON_OBJECT),
+        (~parsed.column(KEY_PRESENT).to_numpy(), reasons.MISSING_KEY),
+        (~parsed.column(VALID_PREFIX + spec.join_key).to_numpy(), reasons.KEY_NOT_INTEGER),
+    ]
+    checks += [(stamp_reason == reason, reason) for reason in _STAMP_REASONS]
+    for name, kind in parser.fields:
+        if name in (spec.join_key, spec.timestamp_field):
             continue
-        assert isinstance(event, dict)  # checked by _unusable
-        for name in fields:
-            values[name].append(event.get(name))
-        partitions.append(partition)
-        offsets.append(offset)
-    stamps = values.pop(spec.timestamp_field)
-    is_millis = np.array([isinstance(v, int) for v in stamps], dtype=bool)  # bools: see _unusable
-    event_ns = np.zeros(len(stamps), np.int64)
-    event_ns[is_millis] = np.array([v for v in stamps if isinstance(v, int)], np.int64) * NS_PER_MS
-    parsed = pd.to_datetime(
-        pd.Series([v for v in stamps if not isinstance(v, int)], dtype=object),
-        utc=True, format="ISO8601", errors="coerce",
-    )  # fmt: skip
-    good = np.ones(len(stamps), dtype=bool)
-    good[~is_millis] = parsed.notna().to_numpy()
-    epoch = pd.Timestamp(0, tz="UTC")
-    event_ns[~is_millis] = parsed.fillna(epoch).dt.as_unit("ns").astype("int64").to_numpy()
-    if not good.all():
-        reason = "not an RFC 3339 timestamp or epoch milliseconds"
-        skipped[reason] = skipped.get(reason, 0) + int((~good).sum())
+        checks.append((~parsed.column(VALID_PREFIX + name).to_numpy(), reasons.wrong_type(kind)))
+        if kind in ("double", "float"):  # nulls are fine, NaN and +-inf are not
+            values = parsed.column(name).fill_null(0.0).to_numpy().astype(np.float64)
+            checks.append((~np.isfinite(values), reasons.NOT_FINITE))
+    usable = np.ones(len(records), dtype=bool)
+    skipped: dict[str, int] = {}
+    for failing, reason in checks:  # the first failing check names the record
+        first = failing & usable
+        if first.any():
+            skipped[reason] = skipped.get(reason, 0) + int(first.sum())
+            usable &= ~first
+    keep = pa.array(usable)
     columns: dict[str, pa.Array] = {
-        spec.join_key: pa.array(values.pop(spec.join_key), pa.int64()).filter(pa.array(good)),
-        EVENT_NS: pa.array(event_ns[good], pa.int64()),
+        spec.join_key: parsed.column(spec.join_key).combine_chunks().cast(pa.int64()).filter(keep),
+        EVENT_NS: pa.array(event_ns[usable], pa.int64()),
     }
-    for name, column in values.items():
-        columns[name] = pa.array(column, fields[name]).filter(pa.array(good))
-    columns[PARTITION] = pa.array(np.asarray(partitions, np.int32)[good])
-    columns[OFFSET] = pa.array(np.asarray(offsets, np.int64)[good])
+    fields = json_fields(spec)
+    for name, _ in parser.fields:
+        if name not in (spec.join_key, spec.timestamp_field):
+            columns[name] = parsed.column(name).combine_chunks().cast(fields[name]).filter(keep)
+    columns[PARTITION] = pa.array(np.array([p for p, _, _ in records], np.int32)[usable])
+    columns[OFFSET] = pa.array(np.array([o for _, o, _ in records], np.int64)[usable])
     return pa.table(columns), skipped
 
 
-def _unusable(event: object, spec: StreamViewSpec) -> str | None:
-    """Why the job would skip this parsed JSON value (its first failing check), or None."""
-    if not isinstance(event, dict):
-        return "not a JSON object"
-    key = event.get(spec.join_key)
-    if key is None:
-        return "missing or null entity key"
-    if not isinstance(key, int) or isinstance(key, bool):
-        return "entity key is not an integer"
-    stamp = event.get(spec.timestamp_field)
-    if stamp is None:
-        return "missing or null event timestamp"
-    if not isinstance(stamp, int | str) or isinstance(stamp, bool):
-        return "not an RFC 3339 timestamp or epoch milliseconds"
-    for name, arrow_type in json_fields(spec).items():
-        value = event.get(name)
-        if name in (spec.join_key, spec.timestamp_field) or value is None:
-            continue
-        if pa.types.is_string(arrow_type):
-            ok = isinstance(value, str)
-        elif pa.types.is_boolean(arrow_type):
-            ok = isinstance(value, bool)
-        elif pa.types.is_integer(arrow_type):
-            ok = isinstance(value, int) and not isinstance(value, bool)
+_STAMP_REASONS = (reasons.MISSING_TIMESTAMP, reasons.OUT_OF_RANGE, reasons.NOT_A_TIMESTAMP)
+_MILLIS = re.compile(r"^-?[0-9]+$")
+
+
+def _event_ns(stamps: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Epoch ns of each timestamp text (epoch milliseconds or RFC 3339), and why not
+    (one of :data:`_STAMP_REASONS`, or "" when the text is a timestamp)."""
+    import pandas as pd
+
+    event_ns = np.zeros(len(stamps), np.int64)
+    why = np.full(len(stamps), "", dtype=object)
+    texts: list[str] = []
+    at: list[int] = []
+    for i, stamp in enumerate(stamps):
+        if stamp is None:
+            why[i] = reasons.MISSING_TIMESTAMP
+        elif _MILLIS.match(stamp):
+            millis = int(stamp)
+            if abs(millis) > reasons.MAX_ABS_MILLIS:
+                why[i] = reasons.OUT_OF_RANGE
+            else:
+                event_ns[i] = millis * NS_PER_MS
         else:
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok:
-            return f"not a valid {name} ({arrow_type})"
-    return None
+            texts.append(stamp)
+            at.append(i)
+    parsed = pd.to_datetime(pd.Series(texts, dtype=object), utc=True, format="ISO8601",
+                            errors="coerce")  # fmt: skip
+    ok = parsed.notna().to_numpy()
+    epoch = pd.Timestamp(0, tz="UTC")
+    ns = parsed.fillna(epoch).dt.as_unit("ns").astype("int64").to_numpy()
+    rows = np.asarray(at, dtype=np.int64)
+    event_ns[rows[ok]] = ns[ok]
+    why[rows[~ok]] = reasons.NOT_A_TIMESTAMP
+    return event_ns, why
 
 
 def history_root(repo_path: str | Path, offline_path: str | None = None) -> str:

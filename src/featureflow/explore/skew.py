@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from featureflow.columns import EVENT_NS
 from featureflow.errors import FeatureflowError
 from featureflow.explore.compute import view_features
-from featureflow.explore.load import BATCH, EVENT_NS, OFFSET, PARTITION
+from featureflow.explore.load import BATCH, OFFSET, PARTITION
 from featureflow.repo import StreamViewSpec
 
 if TYPE_CHECKING:

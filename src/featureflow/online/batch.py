@@ -20,6 +20,7 @@ from feast.errors import FeatureViewNotFoundException
 from feast.value_type import ValueType
 
 from featureflow.errors import OnlineStoreError
+from featureflow.features import latest_rows
 from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
 
@@ -142,22 +143,6 @@ def _column(table: pa.Table, name: str, role: str) -> pa.Array:
     return E.as_arrow(table.column(name))
 
 
-def latest_per_entity(key_columns: list[pa.Array], micros: I64) -> I64:
-    """Row indices keeping, per entity, the row with the latest event time.
-
-    Ties go to the later row of the table. Returned in ascending row order.
-    """
-    n = len(micros)
-    order = np.lexsort((np.arange(n), micros))  # by time, then by position
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    names = [f"k{i}" for i in range(len(key_columns))]
-    grouped = pa.table(dict(zip(names, key_columns, strict=True)) | {"_rank": rank})
-    best = grouped.group_by(names, use_threads=False).aggregate([("_rank", "max")])
-    best_rank = best.column("_rank_max").to_numpy()
-    return np.sort(order[best_rank])
-
-
 def prepare(table: pa.Table, layout: ViewLayout, key_version: int) -> Batch:
     """Check ``table`` against ``layout``, keep the latest row per entity, encode the keys."""
     keys = []
@@ -181,7 +166,7 @@ def prepare(table: pa.Table, layout: ViewLayout, key_version: int) -> Batch:
         created_arr = _column(table, layout.created_timestamp_column, "created timestamp")
         created = E.epoch_micros(created_arr)
 
-    rows = latest_per_entity(keys, micros)
+    rows = latest_rows(keys, micros)
     if len(rows) < table.num_rows:
         index = pa.array(rows)
         keys = [k.take(index) for k in keys]

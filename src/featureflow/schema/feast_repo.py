@@ -29,8 +29,10 @@ VERSION_TAG = "schema_version"
 
 
 @dataclass(frozen=True)
-class AggregationSpec:
-    """One Feast ``Aggregation`` and the feature it produces."""
+class GatedAggregation:
+    """One Feast ``Aggregation`` as the schema gate checks it: function, input column and
+    the feature it produces (the window does not matter to types; the stream job's
+    view of an aggregation, with its window, is :class:`featureflow.repo.AggregationSpec`)."""
 
     function: str
     column: str
@@ -46,7 +48,7 @@ class ViewSpec:
     timestamp_field: str
     join_keys: tuple[tuple[str, FeastType], ...]
     features: tuple[tuple[str, FeastType], ...]
-    aggregations: tuple[AggregationSpec, ...] = ()
+    aggregations: tuple[GatedAggregation, ...] = ()
     source_columns: dict[str, FeastType] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -78,7 +80,7 @@ def view_spec(view: Any, join_keys: dict[str, tuple[str, FeastType]] | None = No
             key, dtype = (join_keys or {})[entity]
             keys.setdefault(key, dtype)
     aggregations = tuple(
-        AggregationSpec(a.function, a.column, a.resolved_name(a.time_window))
+        GatedAggregation(a.function, a.column, a.resolved_name(a.time_window))
         for a in getattr(view, "aggregations", None) or []
     )
     return ViewSpec(

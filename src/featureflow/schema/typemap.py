@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from feast import types as ft
 
+from featureflow.events import ddl as spark_ddl
 from featureflow.schema.model import ListType, Scalar, ScalarType, TimestampType, ValueType
 
 if TYPE_CHECKING:
@@ -104,42 +105,29 @@ def arrow_matches(actual: pa.DataType, value_type: ValueType) -> bool:
     return bool(actual == to_arrow(value_type))
 
 
-# Feast-visible Spark DDL type names of stream sources -> Feast types.
-_DDL_TYPES: dict[str, ft.PrimitiveFeastType] = {
-    "long": ft.Int64,
-    "bigint": ft.Int64,
-    "int": ft.Int32,
-    "integer": ft.Int32,
-    "double": ft.Float64,
-    "float": ft.Float32,
-    "real": ft.Float32,
-    "boolean": ft.Bool,
-    "string": ft.String,
-    "timestamp": ft.UnixTimestamp,
+_ARROW_TO_FEAST: dict[pa.DataType, ft.PrimitiveFeastType] = {
+    pa.int64(): ft.Int64,
+    pa.int32(): ft.Int32,
+    pa.float64(): ft.Float64,
+    pa.float32(): ft.Float32,
+    pa.bool_(): ft.Bool,
+    pa.string(): ft.String,
+    pa.timestamp("us", tz="UTC"): ft.UnixTimestamp,
 }
+"""Arrow types of stream-source fields that Feast has a scalar type for."""
 
 
 def ddl_column_types(ddl: str) -> dict[str, FeastType]:
     """Column types of a Spark DDL schema (``"user_id long, amount double"``).
 
-    Columns of types with no Feast scalar (structs, maps, ...) are left out.
+    Columns of types with no Feast scalar (structs, maps, int16, ...) are left out.
     """
-    columns: list[str] = []
-    depth, start = 0, 0
-    for index, char in enumerate(ddl):
-        if char in "<(":
-            depth += 1
-        elif char in ">)":
-            depth -= 1
-        elif char == "," and depth == 0:
-            columns.append(ddl[start:index])
-            start = index + 1
-    columns.append(ddl[start:])
     types: dict[str, FeastType] = {}
-    for column in columns:
-        parts = column.split()
-        if len(parts) >= 2 and parts[1].lower() in _DDL_TYPES:
-            types[parts[0].strip("`")] = _DDL_TYPES[parts[1].lower()]
+    for name, kind in spark_ddl.fields(ddl):
+        arrow = spark_ddl.arrow_type(kind)
+        feast_type = _ARROW_TO_FEAST.get(arrow) if arrow is not None else None
+        if feast_type is not None:
+            types[name] = feast_type
     return types
 
 

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from featureflow.columns import EVENT_NS
 from featureflow.errors import RepoError
+from featureflow.events import reasons
 from featureflow.events.json_records import (
     IS_OBJECT,
     KEY_PRESENT,
@@ -49,18 +51,12 @@ if TYPE_CHECKING:
 
 EVENT_TIME = "event_ts"
 """Output column: the event time as a Spark timestamp (UTC)."""
-EVENT_NS = "event_ns"
-"""Output column: the event time in epoch nanoseconds (int64), what the kernels read."""
 ERROR_FIELD = "error_field"
 ERROR_REASON = "error_reason"
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 PASSED_THROUGH = (*KAFKA_COLUMNS, "key", "value")
 """Columns of the Kafka record that every parsed row keeps."""
 
-NOT_FINITE_REASON = "not a finite number"
-
-_MAX_ABS_MILLIS = (2**63 - 1) // 1_000_000
-"""Epoch milliseconds whose nanoseconds still fit in int64 (about +-292 years from 1970)."""
 
 
 _DECODED = "__decoded"
@@ -104,9 +100,9 @@ def _json_checks(spec: StreamViewSpec) -> list[Check]:
     from pyspark.sql import functions as F
 
     return [
-        (~F.col(IS_OBJECT), "value", "not a JSON object"),
-        (~F.col(KEY_PRESENT), spec.join_key, "missing or null entity key"),
-        (~F.col(VALID_PREFIX + spec.join_key), spec.join_key, "entity key is not an integer"),
+        (~F.col(IS_OBJECT), "value", reasons.NOT_JSON_OBJECT),
+        (~F.col(KEY_PRESENT), spec.join_key, reasons.MISSING_KEY),
+        (~F.col(VALID_PREFIX + spec.join_key), spec.join_key, reasons.KEY_NOT_INTEGER),
     ]
 
 
@@ -140,7 +136,7 @@ def _avro_checks(spec: StreamViewSpec, schema: StructType) -> list[Check]:
             "value",
             "not an Avro record of the source's schema",
         ),
-        (decoded[spec.join_key].isNull(), spec.join_key, "missing or null entity key"),
+        (decoded[spec.join_key].isNull(), spec.join_key, reasons.MISSING_KEY),
     ]
 
 
@@ -204,7 +200,9 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     # Only digit strings are cast: try_cast catches an exception per value it can't
     # cast, which made casting every RFC 3339 stamp the costliest step of parsing.
     millis = F.when(is_millis, stamp.try_cast("long"))
-    millis_in_range = F.coalesce(millis.between(-_MAX_ABS_MILLIS, _MAX_ABS_MILLIS), F.lit(False))
+    millis_in_range = F.coalesce(
+        millis.between(-reasons.MAX_ABS_MILLIS, reasons.MAX_ABS_MILLIS), F.lit(False)
+    )
     event_ts = (
         F.when(is_millis & millis_in_range, F.timestamp_millis(millis))
         .when(is_millis, F.lit(None).cast("timestamp"))
@@ -216,27 +214,23 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
     timed = timed.select("*", event_ns.alias(EVENT_NS))
 
     checks = _avro_checks(spec, schema) if avro else _json_checks(spec)
-    out_of_range = "outside the years 1677-2262 (not representable in epoch nanoseconds)"
     checks += [
-        (stamp.isNull(), spec.timestamp_field, "missing or null event timestamp"),
-        (is_millis & ~millis_in_range, spec.timestamp_field, out_of_range),
-        (
-            F.col(EVENT_TIME).isNull(),
-            spec.timestamp_field,
-            "not an RFC 3339 timestamp or epoch milliseconds",
-        ),
-        (F.col(EVENT_NS).isNull(), spec.timestamp_field, out_of_range),
+        (stamp.isNull(), spec.timestamp_field, reasons.MISSING_TIMESTAMP),
+        (is_millis & ~millis_in_range, spec.timestamp_field, reasons.OUT_OF_RANGE),
+        (F.col(EVENT_TIME).isNull(), spec.timestamp_field, reasons.NOT_A_TIMESTAMP),
+        (F.col(EVENT_NS).isNull(), spec.timestamp_field, reasons.OUT_OF_RANGE),
     ]
     for field in schema.fields:
         if field.name in (spec.join_key, spec.timestamp_field):
             continue
         if not avro:
             wrong_type = ~F.col(VALID_PREFIX + field.name)
-            checks.append((wrong_type, field.name, f"not a valid {field.dataType.simpleString()}"))
+            kind = field.dataType.simpleString()
+            checks.append((wrong_type, field.name, reasons.wrong_type(kind)))
         if field.dataType.simpleString() in ("double", "float"):
             value = F.col(_DECODED)[field.name] if avro else F.col(field.name)
             not_finite = F.isnan(value) | (F.abs(value) == F.lit(float("inf")))
-            checks.append((not_finite, field.name, NOT_FINITE_REASON))
+            checks.append((not_finite, field.name, reasons.NOT_FINITE))
 
     checked = with_first_failing(timed, checks)
     typed = (F.col(_DECODED)[field.name] if avro else F.col(field.name) for field in schema.fields)

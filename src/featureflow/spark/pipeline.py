@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec
 from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, STATS_SCHEMA, OnlineFeatureWriter
-from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, EVENT_NS, parse_events
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, parse_events
 from featureflow.spark.state import StateStore
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,

@@ -1,0 +1,141 @@
+"""A stream view's window state across micro-batches: what to emit and what to keep.
+
+Pure functions of Arrow tables (no Spark, Kafka or Feast I/O), shared by the
+stream job's executors (:mod:`featureflow.spark.online_sink`), the backfill
+and the tests. Each takes the partition's state (events of earlier
+micro-batches) followed by the new events, computes the view's features with
+:mod:`featureflow.features` (rolling, tiled, sessions), and returns:
+
+- the online rows: per entity touched by new events, its features as of its
+  latest event (rolling) or its latest session (sessions), with the view's
+  timestamp field as ``timestamp[us, UTC]``;
+- the offline history: every new event's features (rolling), or every session
+  the watermark closed (sessions);
+- the state to keep: what a frame of a future on-time event (time >= the
+  watermark, epoch ns) can still reach.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from featureflow import features, tiles
+from featureflow.columns import EVENT_NS
+from featureflow.repo import SESSION_START, StreamViewSpec
+
+
+def with_event_timestamp(table: pa.Table, spec: StreamViewSpec) -> pa.Table:
+    """Replace the epoch-ns column by the view's timestamp field, timestamp[us, UTC] (Feast's)."""
+    # Event times arrive with millisecond precision: truncating ns to us loses nothing.
+    stamps = (
+        table.column(EVENT_NS)
+        .cast(pa.timestamp("ns", tz="UTC"))
+        .cast(pa.timestamp("us", tz="UTC"), safe=False)
+    )
+    return table.drop_columns([EVENT_NS]).add_column(1, spec.timestamp_field, stamps)
+
+
+def online_rows(
+    per_event: pa.Table, spec: StreamViewSpec, entities: pa.ChunkedArray | None = None
+) -> pa.Table:
+    """The online-store rows: per entity, its features as of its latest event.
+
+    Args:
+        per_event: :func:`featureflow.features.event_features` of the events.
+        entities: only the rows of these entities (the ones new events touched).
+    Returns:
+        Columns: the join key, the view's timestamp field, the features.
+    """
+    latest = features.latest_per_entity(per_event, spec.join_key)
+    if entities is not None:
+        latest = latest.filter(pc.is_in(latest.column(spec.join_key), pc.unique(entities)))
+    return with_event_timestamp(latest, spec)
+
+
+def in_time_order(events: pa.Table, new_rows: int) -> tuple[pa.Table, np.ndarray]:
+    """``events`` (state, then ``new_rows`` new events) sorted by event time, and which
+    rows are new (bool per sorted row).
+
+    The sort is stable: equal times keep their order, state before new events.
+    The kernels take their in-order passes on time-ordered input, and state saved
+    from sorted events stays sorted, so the next batch's sort only merges it with
+    the (nearly sorted) new events.
+    """
+    ts = events.column(EVENT_NS).to_numpy()
+    first_new = events.num_rows - new_rows
+    if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
+        return events, np.arange(events.num_rows) >= first_new
+    order = np.argsort(ts, kind="stable")
+    return events.take(order), order >= first_new
+
+
+def rolling_outputs(
+    events: pa.Table,
+    new_rows: int,
+    spec: StreamViewSpec,
+    watermark_ns: int,
+    tile_state: pa.Table | None = None,
+) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table | None]:
+    """Rolling (or tiled) view: (online rows, offline history, events to keep, tiles to keep).
+
+    ``events`` are the partition's state followed by its ``new_rows`` new events.
+    Online: the touched entities as of their latest event; offline: every new
+    event's features, in event-time order. State, in event-time order: what a
+    frame of a future on-time event (time >= ``watermark_ns``) can reach. A plain
+    view keeps the events at or after ``watermark - W`` and no tiles (None). A
+    tiled view whose aggregates merge (:func:`featureflow.tiles.compactable`)
+    keeps per-entity tile partials of the events before the compaction bound and
+    the raw events after it, so its state is bounded by W / hop tiles per
+    entity; ``tile_state`` is its earlier tiles.
+    """
+    events, is_new = in_time_order(events, new_rows)
+    new_mask = pa.array(is_new)
+    if tiles.compactable(spec):
+        key_type = events.schema.field(spec.join_key).type
+        earlier = tile_state if tile_state is not None else tiles.empty_tiles(spec, key_type)
+        per_event = tiles.event_features(events, earlier, spec)
+        kept, kept_tiles = tiles.compact(events, earlier, spec, watermark_ns)
+    else:
+        per_event = features.event_features(events, spec)
+        keep_from_ns = watermark_ns - max(spec.windows_ns)
+        if spec.tile_hop_ns:  # a tiled frame starts at floor((t - W) / hop) * hop
+            keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
+        kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
+        kept_tiles = None
+    rows = online_rows(per_event, spec, entities=events.column(spec.join_key).filter(new_mask))
+    history = with_event_timestamp(per_event.filter(new_mask), spec)
+    return rows, history, kept, kept_tiles
+
+
+def session_outputs(
+    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """Session view: (online rows, offline history, state to keep).
+
+    A session is final once the watermark passes its end (last event + gap <
+    ``watermark_ns``): no event the job still accepts can join it. Online: each
+    touched entity's latest session, open or not, updated every batch; offline:
+    the sessions that closed in this batch (each session exactly once, since a
+    closed session's events leave the state); state: the events of open sessions.
+    """
+    assert spec.session_gap_ns is not None
+    events, is_new = in_time_order(events, new_rows)
+    sessions = features.session_features(events, spec)
+    new_keys = events.column(spec.join_key).filter(pa.array(is_new))
+    # Without new events no entity is touched: no rows, but in the online rows' schema
+    # (a partition can close sessions in a batch that brought it nothing).
+    rows = online_rows(sessions, spec, entities=new_keys)
+    last_ns = sessions.column(EVENT_NS)
+    closed = pc.less(pc.add(last_ns, spec.session_gap_ns), watermark_ns)
+    history = with_event_timestamp(sessions.filter(closed), spec)
+    open_sessions = sessions.filter(pc.invert(closed))
+    # Keep an event when its entity has an open session that started at or before it.
+    starts = open_sessions.column(SESSION_START).cast(pa.int64()).to_numpy() * 1_000
+    at = pc.index_in(events.column(spec.join_key), open_sessions.column(spec.join_key))
+    has_open = pc.is_valid(at).to_numpy(zero_copy_only=False)
+    start_of_event = np.full(events.num_rows, np.iinfo(np.int64).max, dtype=np.int64)
+    start_of_event[has_open] = starts[at.filter(pc.is_valid(at)).to_numpy()]
+    kept = events.filter(pa.array(events.column(EVENT_NS).to_numpy() >= start_of_event))
+    return rows, history, kept
