@@ -22,7 +22,9 @@ the driver, the JVM and the Python workers (which Spark moves into process
 groups of their own, but not out of the session) die together, as in a
 machine failure. ``FEATUREFLOW_FAILPOINT_ONCE=<file>`` makes a point fire only
 if the file does not exist yet (it is created first), so a restart with the
-same environment runs through.
+same environment runs through; the marker says which point fired, in which
+batch (the proof a test reads: a worker's last words on stderr die with the
+JVM that relays them).
 """
 
 from __future__ import annotations
