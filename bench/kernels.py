@@ -9,6 +9,13 @@ markdown table (also bench/results/kernels.md), writes kernels.json and kernels.
 
 Usage: .venv/bin/python bench/kernels.py [--events N] [--keys K] [--skip spark,pandas]
 (run by ``make bench``, not by the tests).
+
+A/B of featureflow's own tasks only, a commit against the working tree in one run:
+``bench/kernels.py --ab REV [--backends mojo,numpy] [--repeats 5]`` builds REV's
+kernels in a temporary git worktree, then times both sides in turn (alternating
+which goes first, each in a fresh process) and prints, per task, the best of the
+repeats on each side, their ratio (after / before) and the peak memory of each
+side's calls (written to bench/results/kernels_ab.json).
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +38,9 @@ import polars as pl
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+# `--worker SRC` times the featureflow found in SRC (the A/B's other side)
+_SRC = sys.argv[sys.argv.index("--worker") + 1] if "--worker" in sys.argv else str(ROOT / "src")
+sys.path.insert(0, _SRC)
 
 import featureflow.ops as ops  # noqa: E402
 from featureflow.ops import _backend  # noqa: E402
@@ -239,13 +250,90 @@ def peak_memory(fn: Callable[[], object], inputs: int) -> dict[str, float] | Non
     }
 
 
+def worker(backends: list[str], events: int, keys: int) -> int:
+    """One side of an A/B: each task of each backend timed once after a warm-up,
+    and the peak memory of the mojo calls, as one JSON line on stdout."""
+    ev = make_events(events, keys)
+    out: dict[str, dict[str, float]] = {}
+    for backend in backends:
+        for task, fn in featureflow(backend, ev).items():
+            fn()  # warm-up (kernel load, pool pages)
+            out.setdefault("seconds", {})[f"{backend} {task}"] = timed(fn, 1)
+            if backend == "mojo":
+                cols = ["ts", "v"] + ([] if "unkeyed" in task else ["k"])
+                peak = peak_memory(lambda fn=fn: fn()[1], sum(ev[c].nbytes for c in cols))
+                if peak is not None:
+                    out.setdefault("peak_ratio", {})[f"{backend} {task}"] = peak["ratio"]
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def build_before(rev: str, tree: Path) -> Path:
+    """A worktree of `rev` with its kernels built by its own build script: its src/."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([sys.executable, str(tree / "scripts" / "build_kernels.py"), "--force"],
+                   check=True, cwd=tree)  # fmt: skip
+    return tree / "src"
+
+
+def ab(rev: str, backends: list[str], repeats: int, events: int, keys: int) -> int:
+    """Time featureflow's tasks at `rev` (before) and in this tree (after), alternating."""
+    with tempfile.TemporaryDirectory(prefix="featureflow-ab-") as tmp:
+        tree = Path(tmp) / "before"
+        try:
+            sides = {"before": build_before(rev, tree), "after": ROOT / "src"}
+            runs: dict[str, list[dict[str, dict[str, float]]]] = {"before": [], "after": []}
+            for r in range(repeats):
+                for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
+                    cmd = [sys.executable, __file__, "--worker", str(sides[side]),
+                           "--backends", ",".join(backends),
+                           "--events", str(events), "--keys", str(keys)]  # fmt: skip
+                    line = subprocess.run(cmd, check=True, capture_output=True, text=True)
+                    runs[side].append(json.loads(line.stdout.splitlines()[-1]))
+                    print(f"round {r + 1}/{repeats} {side} done", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                           capture_output=True)  # fmt: skip
+    best = {s: {t: min(run["seconds"][t] for run in rs) for t in rs[0]["seconds"]}
+            for s, rs in runs.items()}  # fmt: skip
+    peak = {s: {t: max(run.get("peak_ratio", {}).get(t, 0.0) for run in rs)
+                for t in rs[0].get("peak_ratio", {})} for s, rs in runs.items()}  # fmt: skip
+    lines = [
+        f"A/B, {events / 1e6:g} M events, {keys} keys, best of {repeats} (before: {rev})",
+        "",
+        "| task | before s | after s | after/before | peak mem before | peak mem after |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for task, before in best["before"].items():
+        after = best["after"][task]
+        pb, pa_ = peak["before"].get(task), peak["after"].get(task)
+        mem = f"{pb:.2f}x | {pa_:.2f}x" if pb and pa_ else "- | -"
+        lines.append(f"| {task} | {before:.3f} | {after:.3f} | {after / before:.3f} | {mem} |")
+    print("\n".join(lines))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    report = {"before": rev, "events": events, "keys": keys, "repeats": repeats,
+              "load_average_1m_at_end": os.getloadavg()[0], "runs": runs}  # fmt: skip
+    (RESULTS / "kernels_ab.json").write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--skip", default="", help="comma-separated engines to skip")
     parser.add_argument("--shuffle", action="store_true", help="ts not in time order")
+    parser.add_argument("--ab", metavar="REV", help="A/B: featureflow at REV against this tree")
+    parser.add_argument("--backends", default="mojo", help="featureflow backends of --ab")
+    parser.add_argument("--repeats", type=int, default=5, help="rounds of --ab")
+    parser.add_argument("--worker", metavar="SRC", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    backends = args.backends.split(",")
+    if args.worker:
+        return worker(backends, args.events, args.keys)
+    if args.ab:
+        return ab(args.ab, backends, args.repeats, args.events, args.keys)
     skip = set(filter(None, args.skip.split(",")))
     RESULTS.mkdir(parents=True, exist_ok=True)
     ev = make_events(args.events, args.keys, args.shuffle)
