@@ -60,7 +60,7 @@ def _frame_start(t: str, window_s: int, hop_s: int | None) -> str:
     return start if hop_s is None else f"(({start} // {hop_s * 10**9}) * {hop_s * 10**9})"
 
 
-def _aggregates_since_frame_start(t: str, hop_s: int | None) -> str:
+def aggregates_since_frame_start(t: str, hop_s: int | None) -> str:
     """SQL select list: every feature over the joined events ``e`` in the frame of ``t``."""
     return ", ".join(
         f"{sql}(e.amount) FILTER (WHERE e.event_ns >= {_frame_start(t, w, hop_s)}) "
@@ -88,7 +88,7 @@ def per_event_features(events: pa.Table, hop_s: int | None = None) -> pa.Table:
     # A sawtooth frame is no SQL window frame: join each event to its entity's events.
     return con.sql(
         f"""
-        SELECT i.row_number, {_aggregates_since_frame_start("i.event_ns", hop_s)}
+        SELECT i.row_number, {aggregates_since_frame_start("i.event_ns", hop_s)}
         FROM {numbered} i JOIN events e ON e.user_id = i.user_id AND e.event_ns <= i.event_ns
         GROUP BY i.row_number ORDER BY i.row_number
         """
@@ -99,7 +99,7 @@ def latest_features(
     events: pa.Table, hop_s: int | None = None
 ) -> dict[int, dict[str, float | None]]:
     """Per user: every feature as of the user's latest event (``hop_s``: tiled frames)."""
-    aggregates = _aggregates_since_frame_start("l.t", hop_s)
+    aggregates = aggregates_since_frame_start("l.t", hop_s)
     con = duckdb.connect()
     con.register("events", events)
     rows = con.sql(

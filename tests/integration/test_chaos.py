@@ -34,7 +34,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
-from duckdb_oracle import END_NS, FEATURE_NAMES, SQL_AGGREGATES, WINDOWS_S, events_table
+from duckdb_oracle import END_NS, FEATURE_NAMES, aggregates_since_frame_start, events_table
 from duckdb_oracle import latest_features as latest_features_oracle
 from job_harness import (
     WATERMARK_DELAY_NS,
@@ -223,12 +223,7 @@ def _arrival_oracle(events: pa.Table, history: pa.Table) -> pa.Table:
         "event_us": history.column("event_timestamp").cast(pa.int64()),
         "batch": history.column("batch").cast(pa.int64()),
     })  # fmt: skip
-    selects = ", ".join(
-        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= i.event_ns - {w * 10**9}) "
-        f"AS {fn}_amount_{w}s"
-        for w in WINDOWS_S
-        for fn, sql in SQL_AGGREGATES.items()
-    )
+    selects = aggregates_since_frame_start("i.event_ns", hop_s=None)
     con = duckdb.connect()
     con.register("events", events)
     con.register("batches", batches)

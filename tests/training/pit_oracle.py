@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
-from duckdb_oracle import SQL_AGGREGATES, WINDOWS_S
+from duckdb_oracle import aggregates_since_frame_start
 
 
 def probe_features(events: pa.Table, probes: pa.Table) -> pa.Table:
     """One row per probe (``user_id``, ``event_ns``), in probe order, with every feature."""
-    aggregates = ", ".join(
-        f"{sql}(e.amount) FILTER (WHERE e.event_ns >= p.event_ns - {w * 10**9}) AS {fn}_amount_{w}s"
-        for w in WINDOWS_S
-        for fn, sql in SQL_AGGREGATES.items()
-    )
+    aggregates = aggregates_since_frame_start("p.event_ns", hop_s=None)
     con = duckdb.connect()
     con.register("events", events)
     con.register("probes", probes)
