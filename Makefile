@@ -92,6 +92,7 @@ bench: setup
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python bench/online_write.py
 	$(BIN)/python bench/backfill.py
+	$(BIN)/python bench/stream_flat.py
 	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER)
 
 # Run by `make test` (and so by CI) before the tests. `mojo format` has no --check: a copy of

@@ -42,6 +42,7 @@ STATS_SCHEMA = (
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
 """The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase."""
 
+
 def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> None:
     """Upsert ``rows`` into the view's online store; rows older than the stored ones are skipped."""
     from featureflow import online
@@ -92,11 +93,23 @@ class OnlineFeatureWriter:
             return  # nothing new: the newest state version stays valid
         context = TaskContext.get()
         assert context is not None, "runs inside a Spark task"
-        partition = context.partitionId()
+        stats = self.run_partition(context.partitionId(), received)
+        if stats is not None:
+            yield stats
+
+    def run_partition(
+        self, partition: int, received: list[pa.RecordBatch]
+    ) -> pa.RecordBatch | None:
+        """Shuffle partition ``partition``'s work in this batch, outside any Spark task.
+
+        ``received`` are its non-empty record batches of new events. Returns the
+        stats row (:data:`STATS_SCHEMA`, ``seconds`` per :data:`EXECUTOR_PHASES`),
+        or None when the batch changed nothing (the newest state version stays valid).
+        """
         clock = _PhaseClock()
         prior = self.state.load_events(partition, before_batch=self.batch_id)
         if not received and prior is None:
-            return
+            return None
         prior_tiles = (
             self.state.load_tiles(partition, before_batch=self.batch_id)
             if tiles.compactable(self.spec)
@@ -116,7 +129,7 @@ class OnlineFeatureWriter:
             )
         clock.lap("compute")
         if not new_rows and not history.num_rows:
-            return  # no session closed: the newest state version stays valid
+            return None  # no session closed: the newest state version stays valid
         if self.feature_schema is not None:
             from featureflow.schema import check_batch
 
@@ -138,7 +151,7 @@ class OnlineFeatureWriter:
             self.state.save_tiles(partition, self.batch_id, kept_tiles)
         self.state.save_events(partition, self.batch_id, kept)
         clock.lap("state_save")
-        yield pa.RecordBatch.from_pydict(
+        return pa.RecordBatch.from_pydict(
             {
                 "rows": [new_rows],
                 "entities": [rows.num_rows],
