@@ -22,7 +22,7 @@ from featureflow_kernels.abi import (
     I64P,
 )
 from featureflow_kernels.buffers import alloc_i64, set_valid, store
-from featureflow_kernels.agg.sums import add_square, sample_variance
+from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
 
 
 struct Sliding(Movable):
@@ -40,7 +40,7 @@ struct Sliding(Movable):
     var lo: Int
     var hi: Int
     var count: Int
-    # Neumaier-compensated sums; s1/s2 are of (x - shift) for var/std
+    # compensated sums (two_sum); s1/s2 are of (x - shift) for var/std
     var sum: Float64
     var sum_c: Float64
     var shift: Float64
@@ -137,24 +137,13 @@ struct Sliding(Movable):
         if self.need_distinct:
             self.distinct.clear()
 
-    @always_inline
-    @staticmethod
-    def kadd(mut s: Float64, mut c: Float64, x: Float64):
-        """Neumaier compensated s += x (c carries the lost low bits)."""
-        var t = s + x
-        if abs(s) >= abs(x):
-            c += (s - t) + x
-        else:
-            c += (x - t) + s
-        s = t
-
     def add(mut self, p: Int):
         var v = self.svals[unsafe_offset=p]
         if isnan(v):
             return
         self.count += 1
         if self.need_sum:
-            Self.kadd(self.sum, self.sum_c, v)
+            two_sum(self.sum, self.sum_c, v)
         if self.need_sq:
             if not self.shift_set:
                 # shifting by a value of the data keeps s2 - s1^2/n free of
@@ -162,7 +151,7 @@ struct Sliding(Movable):
                 self.shift = v
                 self.shift_set = True
             var d = v - self.shift
-            Self.kadd(self.s1, self.s1_c, d)
+            two_sum(self.s1, self.s1_c, d)
             add_square(self.s2, self.s2_c, d, 1.0)
         if self.need_min:
             while (
@@ -203,10 +192,10 @@ struct Sliding(Movable):
             self.shift_set = False
         else:
             if self.need_sum:
-                Self.kadd(self.sum, self.sum_c, -v)
+                two_sum(self.sum, self.sum_c, -v)
             if self.need_sq:
                 var d = v - self.shift
-                Self.kadd(self.s1, self.s1_c, -d)
+                two_sum(self.s1, self.s1_c, -d)
                 add_square(self.s2, self.s2_c, d, -1.0)
         if self.need_distinct:
             var k = Int(bitcast_key(v))

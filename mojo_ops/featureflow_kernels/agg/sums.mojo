@@ -1,7 +1,8 @@
-"""Compensated sums (Knuth's two_sum), exactly added squares (fma) and the
-sample variance S2 - S1^2 / n evaluated in double-double, shared by the
-streaming passes. (`Sliding` and the grouped pass still use Neumaier's
-variant inline: see mojo_ops/README.md.)
+"""The one compensated-sum algorithm (Knuth's two_sum), exactly added squares
+(fma) and the sample variance S2 - S1^2 / n evaluated in double-double, shared
+by every pass. (two_sum's error term is exact whichever operand is larger, so
+it gives the same bits as the Neumaier variant the grouped pass, `Sliding` and
+the sessions used before, without its branch.)
 """
 
 from std.math import fma

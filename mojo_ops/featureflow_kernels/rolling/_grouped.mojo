@@ -7,7 +7,7 @@ input not in ts order).
    already in ts order without keys is used in place (no copy, no perm).
 2. per window and key, one pass over the contiguous rows: runs of equal ts
    share a frame, the frame's low end moves forward (two pointers), sums are
-   Neumaier-compensated (var/std: of values shifted by one of the frame's
+   compensated (`two_sum`; var/std: of values shifted by one of the frame's
    values), min/max come from monotonic deques. The pass is specialised at
    compile time on the aggregate families it needs.
 3. results go straight to the caller's output rows (perm[q]); validity is
@@ -40,9 +40,8 @@ from featureflow_kernels.abi import (
 )
 from featureflow_kernels.buffers import Bump, floor_div, put
 from featureflow_kernels.order import group_rows
-from featureflow_kernels.agg.sums import add_square, sample_variance
+from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
 from featureflow_kernels.agg.outputs import Outs, outs_for, pack_levels
-from featureflow_kernels.agg.sliding import Sliding
 from featureflow_kernels.support import stream_supported
 from featureflow_kernels.rolling._generic import rolling_generic
 
@@ -99,7 +98,7 @@ def window_pass[
                 continue
             count += 1
             comptime if SUM:
-                Sliding.kadd(s, sc, v)
+                two_sum(s, sc, v)
             comptime if MINMAX:
                 if need_min:
                     while (
@@ -125,7 +124,7 @@ def window_pass[
                         shift = v
                         shift_set = True
                     var d = v - shift
-                    Sliding.kadd(s1, s1c, d)
+                    two_sum(s1, s1c, d)
                     add_square(s2, s2c, d, 1.0)
                 last = q
         # rows older than the frame leave
@@ -150,11 +149,11 @@ def window_pass[
                 shift_set = False
             else:
                 comptime if SUM:
-                    Sliding.kadd(s, sc, -x)
+                    two_sum(s, sc, -x)
                 comptime if EXTRA:
                     if need_sq:
                         var d = x - shift
-                        Sliding.kadd(s1, s1c, -d)
+                        two_sum(s1, s1c, -d)
                         add_square(s2, s2c, d, -1.0)
         comptime if MINMAX:
             if lo != lo0:

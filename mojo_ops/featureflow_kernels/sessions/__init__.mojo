@@ -24,7 +24,7 @@ from featureflow_kernels.abi import (
 from featureflow_kernels.buffers import Bump, put
 from featureflow_kernels.order import group_rows
 from featureflow_kernels.agg.outputs import outs_for, pack_levels
-from featureflow_kernels.agg.sliding import Sliding
+from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.support import sessions_in_order_supported, stream_supported
 from featureflow_kernels.sessions._generic import sessions_generic
 from featureflow_kernels.sessions._in_order import SREC, sessions_in_order
@@ -147,7 +147,7 @@ def sessions(d: I64P) raises -> Int:
                     mx = max(mx, v)
                 lv = v
                 count += 1
-                Sliding.kadd(sm, sc, v)
+                two_sum(sm, sc, v)
             var total = sm + sc
             var mean = total / Float64(count) if count > 0 else 0.0
             var var_ = 0.0
@@ -158,7 +158,7 @@ def sessions(d: I64P) raises -> Int:
                     var v = sv[unsafe_offset=q]
                     if not isnan(v):
                         var dv = v - mean
-                        Sliding.kadd(m2, m2c, dv * dv)
+                        two_sum(m2, m2c, dv * dv)
                 var_ = (m2 + m2c) / Float64(count - 1)
             out_code[unsafe_offset=m] = Int32(k)
             out_start[unsafe_offset=m] = Int64(t0)

@@ -14,7 +14,7 @@ from std.sys.intrinsics import prefetch, PrefetchOptions
 from featureflow_kernels.abi import I32P, I64P, Inputs, U8P, f64p, i64p
 from featureflow_kernels.buffers import load_valid, put
 from featureflow_kernels.agg.outputs import Outs
-from featureflow_kernels.agg.sliding import Sliding
+from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.rolling._region import PF
 
 
@@ -120,7 +120,7 @@ def sessions_in_order(
         st[unsafe_offset=s + 2] = Int64(count + 1)
         var sm = sf[unsafe_offset=s + 3]
         var sc = sf[unsafe_offset=s + 4]
-        Sliding.kadd(sm, sc, v)
+        two_sum(sm, sc, v)
         sf[unsafe_offset=s + 3] = sm
         sf[unsafe_offset=s + 4] = sc
     for k in range(g):
