@@ -90,6 +90,7 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python bench/kernels.py
+	$(BIN)/python bench/udfs.py
 	$(BIN)/python bench/online_write.py
 	$(BIN)/python bench/backfill.py
 	$(BIN)/python bench/stream_flat.py

@@ -45,7 +45,8 @@ partition). The kernels read the Arrow buffers in place: a partition or group
 that arrives as one Arrow batch is not copied; one spanning several batches is
 concatenated once (a copy) since the kernels read contiguous buffers. Raise
 ``maxRecordsPerBatch`` above the rows of a partition to avoid it. The pandas
-forms read the numpy buffers behind the pandas columns Spark built, also in place.
+forms read the numpy buffers behind the pandas columns Spark built, also in place;
+as everywhere in pandas, NaN and null are one there (a NaN result comes back null).
 
 The Mojo kernels are used when they load in the Python workers, else the numpy
 reference, with the same results; ``spark.executorEnv.FEATUREFLOW_BACKEND=numpy``
@@ -101,13 +102,6 @@ def arrow_table(frame: pd.DataFrame) -> pa.Table:
     return pa.table({str(name): _arrow_column(frame[name]) for name in frame.columns})
 
 
-def _spark_types() -> tuple[Any, Any, Any]:
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
-    from pyspark.sql.types import StructField, StructType
-
-    return from_arrow_type, to_arrow_type, (StructField, StructType)
-
-
 @dataclass(frozen=True, kw_only=True)
 class _Spec:
     ts: str
@@ -152,8 +146,10 @@ class _Spec:
             if name == "key":
                 name = str(self.key)
             elif name in self._bounds():
-                column = column.cast(pa.int64()) if ts.type == pa.int64() else column.cast(
-                    ts.type, safe=False
+                column = (
+                    column.cast(pa.int64())
+                    if ts.type == pa.int64()
+                    else column.cast(ts.type, safe=False)
                 )
             columns[name] = column
         return pa.table(columns)
@@ -162,7 +158,9 @@ class _Spec:
 
     def schema(self, input_schema: StructType) -> StructType:
         """The Spark schema of the output for input rows of ``input_schema``."""
-        from_arrow_type, to_arrow_type, (struct_field, struct_type) = _spark_types()
+        from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+        from pyspark.sql.types import StructField, StructType
+
         fields = {f.name: f for f in input_schema.fields}
         inputs = [self.ts, self.value, *([self.key] if self.key else []), *self._extra_inputs()]
         for name in inputs:
@@ -181,10 +179,10 @@ class _Spec:
                 if not self._keeps_input():
                     kept.append(fields[f.name])
             elif f.name in self._bounds():
-                kept.append(struct_field(f.name, fields[self.ts].dataType, False))
+                kept.append(StructField(f.name, fields[self.ts].dataType, False))
             else:
-                kept.append(struct_field(f.name, from_arrow_type(f.type), True))
-        return struct_type(kept)
+                kept.append(StructField(f.name, from_arrow_type(f.type), True))
+        return StructType(kept)
 
     # The Spark forms ----------------------------------------------------------------
 
@@ -326,7 +324,8 @@ class Sessions(_Spec):
 
 
 def _scalar_type(window: object, agg: str, value_type: pa.DataType) -> DataType:
-    from_arrow_type, _, _ = _spark_types()
+    from pyspark.sql.pandas.types import from_arrow_type
+
     empty = ops.rolling(pa.array([], pa.int64()), pa.array([], value_type), window, agg)
     return from_arrow_type(empty.schema.field(0).type)
 
