@@ -323,23 +323,52 @@ def _spy_grouped_pandas(spec: Any) -> Any:
     return run
 
 
-def _spy_scalar(window: str, agg: str) -> Any:
-    rolling = udfs.rolling_udf(window, agg).func
-
-    def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
-        received = list(batches)
-        seen = _spied(lambda: list(rolling(iter(received))))
-        row = _rows(received[0][0], received[0][1], seen).to_pylist()[0]
-        for batch in received:  # the addresses on every row
-            n = len(batch[0])
-            yield pa.StructArray.from_arrays(
-                [pa.array([value] * n, pa.int64()) for value in row.values()], names=list(row)
-            )
+def _spy_map_pandas(spec: Any) -> Any:
+    def run(frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        received = list(frames)
+        if received:
+            seen = _spied(lambda: list(spec.map_pandas(iter(received))))
+            first = received[0]
+            yield _rows(first["ts"].to_numpy(), first["v"].to_numpy(), seen).to_pandas()
 
     return run
 
 
-@pytest.mark.parametrize("form", ["mapInArrow", "applyInArrow", "applyInPandas", "arrow_udf"])
+def _scalar_addresses(rolling: Any, batches: Iterator[tuple[Any, ...]]) -> tuple[list, dict]:
+    received = list(batches)
+    seen = _spied(lambda: list(rolling(iter(received))))
+    ts, values = (np.asarray(c) if isinstance(c, pd.Series) else c for c in received[0][:2])
+    return received, _rows(ts, values, seen).to_pylist()[0]
+
+
+def _spy_scalar(window: str, agg: str, kind: str) -> Any:
+    """A scalar UDF giving, on every row, the addresses its partition's kernel call read."""
+    if kind == "arrow":
+        rolling = udfs.rolling_udf(window, agg).func
+
+        def run(batches: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+            received, row = _scalar_addresses(rolling, batches)
+            for batch in received:
+                n = len(batch[0])
+                yield pa.StructArray.from_arrays(
+                    [pa.array([value] * n, pa.int64()) for value in row.values()], names=list(row)
+                )
+
+        return run
+    rolling_pandas = udfs.rolling_pandas_udf(window, agg).func
+
+    def run_pandas(batches: Iterator[tuple[pd.Series, ...]]) -> Iterator[pd.DataFrame]:
+        received, row = _scalar_addresses(rolling_pandas, batches)
+        for batch in received:
+            yield pd.DataFrame({name: [value] * len(batch[0]) for name, value in row.items()})
+
+    return run_pandas
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["mapInArrow", "mapInPandas", "applyInArrow", "applyInPandas", "arrow_udf", "pandas_udf"],
+)
 def test_kernels_read_the_buffers_spark_hands_to_python(spark: Any, form: str) -> None:
     """With each partition (or group) in one Arrow batch, the ts and value addresses the
     kernels read are the batch's (pandas: the numpy buffers of the frame Spark built)."""
@@ -359,13 +388,17 @@ def test_kernels_read_the_buffers_spark_hands_to_python(spark: Any, form: str) -
     df = spark.createDataFrame(table)
     if form == "mapInArrow":
         out = spec.partitioned(df, 2).mapInArrow(_spy_map_arrow(spec), ADDRESSES)
+    elif form == "mapInPandas":
+        out = spec.partitioned(df, 2).mapInPandas(_spy_map_pandas(spec), ADDRESSES)
     elif form == "applyInArrow":
         out = df.groupBy("key").applyInArrow(_spy_grouped_arrow(spec), ADDRESSES)
     elif form == "applyInPandas":
         out = df.groupBy("key").applyInPandas(_spy_grouped_pandas(spec), ADDRESSES)
     else:
         fields = ", ".join(f"{name}: bigint" for name in ADDRESSES.replace(" long", "").split(", "))
-        udf = F.arrow_udf(_spy_scalar("1s", "sum"), f"struct<{fields}>")
+        factory = F.arrow_udf if form == "arrow_udf" else F.pandas_udf
+        kind = "arrow" if form == "arrow_udf" else "pandas"
+        udf = factory(_spy_scalar("1s", "sum", kind), f"struct<{fields}>")
         out = spec.partitioned(df, 2).select(udf("ts", "v", "key").alias("a")).select("a.*")
         out = out.distinct()
     rows = out.collect()
