@@ -13,6 +13,12 @@ micro-batches) followed by the new events, computes the view's features with
   the watermark closed (sessions);
 - the state to keep: what a frame of a future on-time event (time >= the
   watermark, epoch ns) can still reach.
+
+The kernels see only the events (state and new) of the entities the new events
+touch — plus, for a session view, those whose oldest session the watermark may
+close — since an entity's frames and sessions hold its own events only; the
+other entities' state is carried over as it is (pruned by time alone). Outputs
+equal one computation over every entity (``touched_only=False``).
 """
 
 from __future__ import annotations
@@ -71,12 +77,25 @@ def in_time_order(events: pa.Table, new_rows: int) -> tuple[pa.Table, np.ndarray
     return events.take(order), order >= first_new
 
 
+def touched_rows(
+    events: pa.Table, is_new: np.ndarray, join_key: str, also: pa.Array | None = None
+) -> np.ndarray:
+    """Which rows (bool per row) belong to an entity of a new event (``is_new``) or of ``also``."""
+    keys = events.column(join_key)
+    wanted = pc.unique(keys.filter(pa.array(is_new)))
+    if also is not None:
+        wanted = pc.unique(pa.concat_arrays([wanted, also.cast(wanted.type)]))
+    return np.asarray(pc.is_in(keys, value_set=wanted).to_numpy(zero_copy_only=False))
+
+
 def rolling_outputs(
     events: pa.Table,
     new_rows: int,
     spec: StreamViewSpec,
     watermark_ns: int,
     tile_state: pa.Table | None = None,
+    *,
+    touched_only: bool = True,
 ) -> tuple[pa.Table, pa.Table, pa.Table, pa.Table | None]:
     """Rolling (or tiled) view: (online rows, offline history, events to keep, tiles to keep).
 
@@ -89,28 +108,43 @@ def rolling_outputs(
     keeps per-entity tile partials of the events before the compaction bound and
     the raw events after it, so its state is bounded by W / hop tiles per
     entity; ``tile_state`` is its earlier tiles.
+
+    The kernels compute the events of the touched entities only (``touched_only``;
+    False: every entity's, the same outputs).
     """
     events, is_new = in_time_order(events, new_rows)
+    computed = events
+    if touched_only:
+        touched = touched_rows(events, is_new, spec.join_key)
+        computed, is_new = events.filter(pa.array(touched)), is_new[touched]
     new_mask = pa.array(is_new)
     if tiles.compactable(spec):
         key_type = events.schema.field(spec.join_key).type
         earlier = tile_state if tile_state is not None else tiles.empty_tiles(spec, key_type)
-        per_event = tiles.event_features(events, earlier, spec)
+        theirs = pc.is_in(
+            earlier.column(spec.join_key), value_set=pc.unique(computed.column(spec.join_key))
+        )
+        per_event = tiles.event_features(computed, earlier.filter(theirs), spec)
         kept, kept_tiles = tiles.compact(events, earlier, spec, watermark_ns)
     else:
-        per_event = features.event_features(events, spec)
+        per_event = features.event_features(computed, spec)
         keep_from_ns = watermark_ns - max(spec.windows_ns)
         if spec.tile_hop_ns:  # a tiled frame starts at floor((t - W) / hop) * hop
             keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
         kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
         kept_tiles = None
-    rows = online_rows(per_event, spec, entities=events.column(spec.join_key).filter(new_mask))
+    rows = online_rows(per_event, spec, entities=computed.column(spec.join_key).filter(new_mask))
     history = with_event_timestamp(per_event.filter(new_mask), spec)
     return rows, history, kept, kept_tiles
 
 
 def session_outputs(
-    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int
+    events: pa.Table,
+    new_rows: int,
+    spec: StreamViewSpec,
+    watermark_ns: int,
+    *,
+    touched_only: bool = True,
 ) -> tuple[pa.Table, pa.Table, pa.Table]:
     """Session view: (online rows, offline history, state to keep).
 
@@ -119,9 +153,21 @@ def session_outputs(
     touched entity's latest session, open or not, updated every batch; offline:
     the sessions that closed in this batch (each session exactly once, since a
     closed session's events leave the state); state: the events of open sessions.
+
+    The kernels compute the sessions of the entities new events touch and of those
+    with an event before ``watermark - gap`` (``touched_only``; False: every
+    entity's, the same outputs): any other entity has only open sessions (each
+    ends at or after its first event + gap >= the watermark) that no new event
+    changed, so its events stay in the state as they are.
     """
     assert spec.session_gap_ns is not None
-    events, is_new = in_time_order(events, new_rows)
+    everything, is_new = in_time_order(events, new_rows)
+    events, computed_rows = everything, np.ones(everything.num_rows, dtype=bool)
+    if touched_only:
+        may_close = pc.less(everything.column(EVENT_NS), watermark_ns - spec.session_gap_ns)
+        closing = everything.column(spec.join_key).filter(may_close).combine_chunks()
+        computed_rows = touched_rows(everything, is_new, spec.join_key, closing)
+        events, is_new = everything.filter(pa.array(computed_rows)), is_new[computed_rows]
     sessions = features.session_features(events, spec)
     new_keys = events.column(spec.join_key).filter(pa.array(is_new))
     # Without new events no entity is touched: no rows, but in the online rows' schema
@@ -137,5 +183,6 @@ def session_outputs(
     has_open = pc.is_valid(at).to_numpy(zero_copy_only=False)
     start_of_event = np.full(events.num_rows, np.iinfo(np.int64).max, dtype=np.int64)
     start_of_event[has_open] = starts[at.filter(pc.is_valid(at)).to_numpy()]
-    kept = events.filter(pa.array(events.column(EVENT_NS).to_numpy() >= start_of_event))
-    return rows, history, kept
+    keep = ~computed_rows  # the other entities' events all stay
+    keep[computed_rows] = events.column(EVENT_NS).to_numpy() >= start_of_event
+    return rows, history, everything.filter(pa.array(keep))
