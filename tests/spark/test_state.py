@@ -9,7 +9,8 @@ import pyarrow as pa
 import pytest
 
 from featureflow.errors import JobError, StateError
-from featureflow.spark.state import StateStore
+from featureflow.spark import state as state_module
+from featureflow.spark.state import StateStore, drop_resident
 from featureflow.spark.watermarks import PartitionWatermarks
 
 
@@ -123,3 +124,32 @@ def test_tiles_are_versioned_apart_from_the_events(tmp_path: Path) -> None:
         "batch-5.arrow",
         "batch-6.arrow",
     ]
+
+
+def test_a_worker_that_holds_the_version_reads_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading the version this worker saved is one directory listing; after
+    drop_resident (or on another worker) the same version comes from disk."""
+    store = StateStore(str(tmp_path), partitions=1)
+    store.save_events(0, 3, _events(1, 2))
+    opened: list[object] = []
+    real_open = state_module.ipc.open_file
+    monkeypatch.setattr(state_module.ipc, "open_file", lambda source: opened.append(source))
+    assert store.load_events(0, before_batch=4) == _events(1, 2)
+    assert not opened
+    monkeypatch.setattr(state_module.ipc, "open_file", real_open)
+    drop_resident()
+    assert store.load_events(0, before_batch=4) == _events(1, 2)  # read from disk
+
+
+def test_a_version_rewritten_elsewhere_is_read_again(tmp_path: Path) -> None:
+    """The held version is only used while the listing shows the very file it came
+    from: one that another worker rewrote (or storage damaged) is read again."""
+    store = StateStore(str(tmp_path), partitions=1)
+    store.save_events(0, 3, _events(1, 2))
+    (path,) = tmp_path.rglob("batch-3.arrow")
+    elsewhere = _events(1, 2, 3)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, elsewhere.schema) as writer:
+        writer.write_table(elsewhere)
+    assert store.load_events(0, before_batch=4) == elsewhere

@@ -30,6 +30,17 @@ are deleted then. A partition that skipped batches keeps its newest version
 however old. Any filesystem pyarrow reaches works (local, HDFS, S3), so the
 same job runs on a cluster when the checkpoint is on shared storage.
 
+State stays where it is used: each Python worker holds the events (and tiles)
+it last loaded or saved per partition directory, with the version, size and
+modification time of their file (:data:`_RESIDENT`). Loading version ``v`` is
+then one directory listing when the worker holds ``v`` and the listing shows
+the same file; otherwise (a replay, which reads an older version; a task that
+ran on another worker; a rewritten or damaged file) the version is read from
+disk. What a worker holds is a version's exact content, so outputs do not
+depend on where a task runs. Workers hold at most
+``FEATUREFLOW_RESIDENT_STATE_BYTES`` (default 4 GiB) of state, the partitions
+used least recently leaving first.
+
 Files are written to a temporary name and moved into place, so a reader never
 sees a half-written version; a version that is nevertheless truncated or
 unreadable (storage that lost data) stops the job with
@@ -39,9 +50,11 @@ unreadable (storage that lost data) stops the job with
 from __future__ import annotations
 
 import json
+import os
 import re
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -51,6 +64,37 @@ from featureflow.errors import JobError, StateError
 from featureflow.spark.watermarks import PartitionWatermarks
 
 _VERSION = re.compile(r"batch-(\d+)\.(arrow|json)$")
+
+
+class _Held(NamedTuple):
+    """A version this worker holds: which file it came from, and its content."""
+
+    version: int
+    size: int
+    mtime_ns: int | None
+    table: pa.Table
+
+
+_RESIDENT: OrderedDict[tuple[str, str], _Held] = OrderedDict()
+"""Per (state root, version directory): the version this Python worker holds, least
+recently used first. Module-level, so it outlives one task in a reused worker."""
+
+
+def _resident_limit_bytes() -> int:
+    return int(os.environ.get("FEATUREFLOW_RESIDENT_STATE_BYTES", 4 << 30))
+
+
+def drop_resident() -> None:
+    """Forget every version this worker holds (the next loads read from disk)."""
+    _RESIDENT.clear()
+
+
+def _hold(key: tuple[str, str], held: _Held) -> None:
+    _RESIDENT[key] = held
+    _RESIDENT.move_to_end(key)
+    limit = _resident_limit_bytes()
+    while _RESIDENT and sum(h.table.nbytes for h in _RESIDENT.values()) > limit:
+        _RESIDENT.popitem(last=False)
 
 
 def filesystem_of(root: str) -> tuple[pafs.FileSystem, str]:
@@ -95,15 +139,19 @@ class StateStore:
             )
             raise JobError(msg)
 
-    def _versions(self, directory: str, suffix: str) -> list[tuple[int, str]]:
+    def _version_files(self, directory: str, suffix: str) -> list[tuple[int, pafs.FileInfo]]:
+        """The versions in ``directory`` (one listing), oldest first, with their file's info."""
         filesystem, _ = self._paths()
         infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
         versions = []
         for info in infos:
             match = _VERSION.search(info.base_name)
             if match and match.group(2) == suffix:
-                versions.append((int(match.group(1)), info.path))
-        return sorted(versions)
+                versions.append((int(match.group(1)), info))
+        return sorted(versions, key=lambda version: version[0])
+
+    def _versions(self, directory: str, suffix: str) -> list[tuple[int, str]]:
+        return [(version, info.path) for version, info in self._version_files(directory, suffix)]
 
     def _partition_dir(self, partition: int) -> str:
         _, base = self._paths()
@@ -136,15 +184,31 @@ class StateStore:
         return earlier[-1] if earlier else None
 
     def _load_table(self, directory: str, before_batch: int) -> pa.Table | None:
-        path = self._newest_before(directory, "arrow", before_batch)
-        if path is None:
+        """The newest version before ``before_batch``: the one this worker holds when
+        the listing shows its file unchanged, else read from disk (and then held)."""
+        earlier = [
+            (version, info)
+            for version, info in self._version_files(directory, "arrow")
+            if version < before_batch
+        ]
+        if not earlier:
             return None
+        version, info = earlier[-1]
+        key = (self.root, directory)
+        held = _RESIDENT.get(key)
+        if held is not None and (held.version, held.size, held.mtime_ns) == (
+            version, info.size, info.mtime_ns,
+        ):  # fmt: skip
+            _RESIDENT.move_to_end(key)
+            return held.table
         filesystem, _ = self._paths()
         try:
-            with filesystem.open_input_file(path) as source:
-                return ipc.open_file(source).read_all()
+            with filesystem.open_input_file(info.path) as source:
+                table = ipc.open_file(source).read_all()
         except (OSError, pa.ArrowInvalid) as error:
-            raise StateError.unreadable(path, error) from error
+            raise StateError.unreadable(info.path, error) from error
+        _hold(key, _Held(version, info.size, info.mtime_ns, table))
+        return table
 
     def _save_table(self, directory: str, batch: int, table: pa.Table) -> None:
         filesystem, _ = self._paths()
@@ -156,6 +220,8 @@ class StateStore:
             writer.write_table(table)
             writer.close()
         filesystem.move(temporary, final)
+        written = filesystem.get_file_info(final)
+        _hold((self.root, directory), _Held(batch, written.size, written.mtime_ns, table))
         self._drop_unreadable_versions(directory, "arrow", batch)
 
     def _drop_unreadable_versions(self, directory: str, suffix: str, batch: int) -> None:
