@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -97,6 +98,19 @@ def test_installed_without_sources_the_build_record_is_checked(
     assert ops.backend() == "mojo"
     monkeypatch.setattr(loader, "build_info", lambda: {"sources_sha256": "0" * 16})
     _refused(monkeypatch, "built from other sources")
+
+
+def test_children_get_the_environment_of_before_the_load(backend: str) -> None:
+    """The Mojo runtime setenv()s PYTHONPATH and PYTHONEXECUTABLE when the kernels
+    load; a child Python (a Spark worker, a tool) must still start in its venv."""
+    ops.backend()
+    lines = subprocess.run(["env"], capture_output=True, text=True, check=True).stdout
+    child = dict(line.split("=", 1) for line in lines.splitlines() if "=" in line)
+    for name in loader.RUNTIME_ENV:
+        assert child.get(name) == os.environ.get(name), name
+    code = "import sys; print(sys.prefix)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == sys.prefix
 
 
 def test_unknown_backend_name_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

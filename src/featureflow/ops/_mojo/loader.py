@@ -22,6 +22,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Final
@@ -44,6 +45,10 @@ RUNTIME_LIBS = (
     "libKGENCompilerRTShared.so",
 )
 BUILD_INFO = "build_info.json"
+RUNTIME_ENV = ("PYTHONPATH", "PYTHONEXECUTABLE")
+"""Variables the Mojo runtime setenv()s when the extension initialises (for an
+interpreter it would embed): PYTHONPATH=":" and PYTHONEXECUTABLE naming the first
+python3 on PATH, which makes a child venv Python start outside its venv."""
 REBUILD = "run `make kernels` (python scripts/build_kernels.py)"
 
 
@@ -102,11 +107,22 @@ def load() -> ModuleType:
             raise NativeLoadError(msg)
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
+        _restore_environment()
     except OSError as exc:
         msg = f"cannot load the Mojo kernels or their runtime from {NATIVE_DIR}: {exc}"
         raise NativeLoadError(msg) from exc
     check(module, path)
     return module
+
+
+def _restore_environment() -> None:
+    """Give this process's children the environment it had before the extension
+    initialised (`os.environ` still holds it: the runtime changed only the C one)."""
+    for name in RUNTIME_ENV:
+        if name in os.environ:
+            os.putenv(name, os.environ[name])
+        else:
+            os.unsetenv(name)
 
 
 def check(module: ModuleType, path: Path) -> None:
