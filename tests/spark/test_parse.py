@@ -77,6 +77,21 @@ def test_each_bad_record_names_its_field_and_reason(spark) -> None:  # type: ign
         assert row["value"] == (bytearray(value) if value is not None else None)
 
 
+def test_avro_non_finite_amounts_are_dead_letters(spark) -> None:  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    from featureflow.events.avro import TRANSACTION_SCHEMA, encode_transaction
+
+    spec = dataclasses.replace(SPEC, avro_schema=TRANSACTION_SCHEMA)
+    amounts = [1.5, float("inf"), float("-inf"), None]
+    values = [encode_transaction(7, amount, "m", 1_000) for amount in amounts]
+    rows = sorted(parse_events(_records(spark, values), spec).collect(), key=lambda r: r["offset"])
+    assert [(row[ERROR_FIELD], row[ERROR_REASON]) for row in rows] == [
+        (None, None), ("amount", "not a finite number"), ("amount", "not a finite number"),
+        (None, None),
+    ]  # fmt: skip
+
+
 _json_values = st.recursive(
     st.none()
     | st.booleans()

@@ -14,9 +14,8 @@ import math
 import struct
 from collections.abc import Iterator
 
+from featureflow.columns import NS_PER_MS
 from featureflow.events.sample import SampleEvents
-
-NS_PER_MS = 1_000_000
 
 TRANSACTION_SCHEMA = json.dumps(
     {
