@@ -13,9 +13,9 @@ Usage: .venv/bin/python bench/kernels.py [--events N] [--keys K] [--skip spark,p
 A/B of featureflow's own tasks only, a commit against the working tree in one run:
 ``bench/kernels.py --ab REV [--backends mojo,numpy] [--repeats 5]`` builds REV's
 kernels in a temporary git worktree, then times both sides in turn (alternating
-which goes first, each in a fresh process) and prints, per task, the best of the
-repeats on each side, their ratio (after / before) and the peak memory of each
-side's calls (written to bench/results/kernels_ab.json).
+which goes first, each in a fresh process timing each task 3 times) and prints,
+per task, the best and the median round on each side, their ratios (after / before)
+and the peak memory of each side's calls (written to bench/results/kernels_ab.json).
 """
 
 from __future__ import annotations
@@ -251,14 +251,14 @@ def peak_memory(fn: Callable[[], object], inputs: int) -> dict[str, float] | Non
 
 
 def worker(backends: list[str], events: int, keys: int) -> int:
-    """One side of an A/B: each task of each backend timed once after a warm-up,
+    """One side of an A/B: each task of each backend, best of 3 after a warm-up,
     and the peak memory of the mojo calls, as one JSON line on stdout."""
     ev = make_events(events, keys)
     out: dict[str, dict[str, float]] = {}
     for backend in backends:
         for task, fn in featureflow(backend, ev).items():
             fn()  # warm-up (kernel load, pool pages)
-            out.setdefault("seconds", {})[f"{backend} {task}"] = timed(fn, 1)
+            out.setdefault("seconds", {})[f"{backend} {task}"] = timed(fn, 3)
             if backend == "mojo":
                 cols = ["ts", "v"] + ([] if "unkeyed" in task else ["k"])
                 peak = peak_memory(lambda fn=fn: fn()[1], sum(ev[c].nbytes for c in cols))
@@ -297,19 +297,27 @@ def ab(rev: str, backends: list[str], repeats: int, events: int, keys: int) -> i
                            capture_output=True)  # fmt: skip
     best = {s: {t: min(run["seconds"][t] for run in rs) for t in rs[0]["seconds"]}
             for s, rs in runs.items()}  # fmt: skip
+    # the median of the rounds too: a round that found the other core idle is an outlier
+    median = {s: {t: float(np.median([run["seconds"][t] for run in rs])) for t in rs[0]["seconds"]}
+              for s, rs in runs.items()}  # fmt: skip
     peak = {s: {t: max(run.get("peak_ratio", {}).get(t, 0.0) for run in rs)
                 for t in rs[0].get("peak_ratio", {})} for s, rs in runs.items()}  # fmt: skip
     lines = [
-        f"A/B, {events / 1e6:g} M events, {keys} keys, best of {repeats} (before: {rev})",
+        f"A/B, {events / 1e6:g} M events, {keys} keys, best of {repeats} x 3 (before: {rev})",
         "",
-        "| task | before s | after s | after/before | peak mem before | peak mem after |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| task | best before s | best after s | after/before | median before s "
+        "| median after s | after/before | peak mem before | peak mem after |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for task, before in best["before"].items():
         after = best["after"][task]
+        mb, ma = median["before"][task], median["after"][task]
         pb, pa_ = peak["before"].get(task), peak["after"].get(task)
         mem = f"{pb:.2f}x | {pa_:.2f}x" if pb and pa_ else "- | -"
-        lines.append(f"| {task} | {before:.3f} | {after:.3f} | {after / before:.3f} | {mem} |")
+        lines.append(
+            f"| {task} | {before:.3f} | {after:.3f} | {after / before:.3f} | {mb:.3f} "
+            f"| {ma:.3f} | {ma / mb:.3f} | {mem} |"
+        )
     print("\n".join(lines))
     RESULTS.mkdir(parents=True, exist_ok=True)
     report = {"before": rev, "events": events, "keys": keys, "repeats": repeats,
