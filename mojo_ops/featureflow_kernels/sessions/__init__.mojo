@@ -27,8 +27,7 @@ from featureflow_kernels.agg.outputs import outs_for, pack_levels
 from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.support import sessions_in_order_supported, stream_supported
 from featureflow_kernels.sessions._generic import sessions_generic
-from featureflow_kernels.sessions._in_order import sessions_in_order
-from featureflow_kernels.sessions._state import SREC
+from featureflow_kernels.sessions._in_order import SREC, sessions_in_order
 from featureflow_kernels.sessions._by_close import sessions_by_close
 
 
