@@ -11,9 +11,9 @@ Usage: .venv/bin/python bench/kernels.py [--events N] [--keys K] [--skip spark,p
 (run by ``make bench``, not by the tests).
 
 A/B of featureflow's own tasks only, a commit against the working tree in one run:
-``bench/kernels.py --ab REV [--backends mojo,numpy] [--repeats 5]`` builds REV's
+``bench/kernels.py --ab REV [--backends mojo,numpy] [--repeats 5] [--calls 3]`` builds REV's
 kernels in a temporary git worktree, then times both sides in turn (alternating
-which goes first, each in a fresh process timing each task 3 times) and prints,
+which goes first, each in a fresh process timing each task --calls times) and prints,
 per task, the best and the median round on each side, their ratios (after / before)
 and the peak memory of each side's calls (written to bench/results/kernels_ab.json).
 """
@@ -250,15 +250,15 @@ def peak_memory(fn: Callable[[], object], inputs: int) -> dict[str, float] | Non
     }
 
 
-def worker(backends: list[str], events: int, keys: int) -> int:
-    """One side of an A/B: each task of each backend, best of 3 after a warm-up,
+def worker(backends: list[str], events: int, keys: int, calls: int) -> int:
+    """One side of an A/B: each task of each backend, best of `calls` after a warm-up,
     and the peak memory of the mojo calls, as one JSON line on stdout."""
     ev = make_events(events, keys)
     out: dict[str, dict[str, float]] = {}
     for backend in backends:
         for task, fn in featureflow(backend, ev).items():
             fn()  # warm-up (kernel load, pool pages)
-            out.setdefault("seconds", {})[f"{backend} {task}"] = timed(fn, 3)
+            out.setdefault("seconds", {})[f"{backend} {task}"] = timed(fn, calls)
             if backend == "mojo":
                 cols = ["ts", "v"] + ([] if "unkeyed" in task else ["k"])
                 peak = peak_memory(lambda fn=fn: fn()[1], sum(ev[c].nbytes for c in cols))
@@ -277,7 +277,7 @@ def build_before(rev: str, tree: Path) -> Path:
     return tree / "src"
 
 
-def ab(rev: str, backends: list[str], repeats: int, events: int, keys: int) -> int:
+def ab(rev: str, backends: list[str], repeats: int, calls: int, events: int, keys: int) -> int:
     """Time featureflow's tasks at `rev` (before) and in this tree (after), alternating."""
     with tempfile.TemporaryDirectory(prefix="featureflow-ab-") as tmp:
         tree = Path(tmp) / "before"
@@ -287,7 +287,7 @@ def ab(rev: str, backends: list[str], repeats: int, events: int, keys: int) -> i
             for r in range(repeats):
                 for side in ("before", "after") if r % 2 == 0 else ("after", "before"):
                     cmd = [sys.executable, __file__, "--worker", str(sides[side]),
-                           "--backends", ",".join(backends),
+                           "--backends", ",".join(backends), "--calls", str(calls),
                            "--events", str(events), "--keys", str(keys)]  # fmt: skip
                     line = subprocess.run(cmd, check=True, capture_output=True, text=True)
                     runs[side].append(json.loads(line.stdout.splitlines()[-1]))
@@ -303,7 +303,7 @@ def ab(rev: str, backends: list[str], repeats: int, events: int, keys: int) -> i
     peak = {s: {t: max(run.get("peak_ratio", {}).get(t, 0.0) for run in rs)
                 for t in rs[0].get("peak_ratio", {})} for s, rs in runs.items()}  # fmt: skip
     lines = [
-        f"A/B, {events / 1e6:g} M events, {keys} keys, best of {repeats} x 3 (before: {rev})",
+        f"A/B, {events / 1e6:g} M events, {keys} keys, best of {repeats} x {calls} (before: {rev})",
         "",
         "| task | best before s | best after s | after/before | median before s "
         "| median after s | after/before | peak mem before | peak mem after |",
@@ -335,13 +335,14 @@ def main() -> int:
     parser.add_argument("--ab", metavar="REV", help="A/B: featureflow at REV against this tree")
     parser.add_argument("--backends", default="mojo", help="featureflow backends of --ab")
     parser.add_argument("--repeats", type=int, default=5, help="rounds of --ab")
+    parser.add_argument("--calls", type=int, default=3, help="timed calls a task a round")
     parser.add_argument("--worker", metavar="SRC", help=argparse.SUPPRESS)
     args = parser.parse_args()
     backends = args.backends.split(",")
     if args.worker:
-        return worker(backends, args.events, args.keys)
+        return worker(backends, args.events, args.keys, args.calls)
     if args.ab:
-        return ab(args.ab, backends, args.repeats, args.events, args.keys)
+        return ab(args.ab, backends, args.repeats, args.calls, args.events, args.keys)
     skip = set(filter(None, args.skip.split(",")))
     RESULTS.mkdir(parents=True, exist_ok=True)
     ev = make_events(args.events, args.keys, args.shuffle)
