@@ -6,7 +6,6 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from local_processes import free_port
 
 from featureflow.spark.metrics import BatchReport, PrometheusExporter
 
@@ -14,8 +13,7 @@ from featureflow.spark.metrics import BatchReport, PrometheusExporter
 @pytest.fixture(scope="module")
 def served() -> Iterator[str]:
     """The exporter's Prometheus text after one batch of every kind of value."""
-    port = free_port()
-    exporter = PrometheusExporter(port)
+    exporter = PrometheusExporter(0)
     try:
         exporter.describe_views({"user_txn_stats": "transactions"})
         exporter.observe(
@@ -26,7 +24,8 @@ def served() -> Iterator[str]:
             )
         )  # fmt: skip
         exporter.observe_consumer_lag("transactions", {0: 250, 1: 0})
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        url = f"http://127.0.0.1:{exporter.port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
             yield response.read().decode()
     finally:
         exporter.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import urllib.request
 
 import numpy as np
@@ -61,10 +60,7 @@ def test_report_json_line_says_where_the_time_went() -> None:
 
 
 def test_prometheus_endpoint_serves_the_batch() -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    exporter = PrometheusExporter(port)
+    exporter = PrometheusExporter(0)
     try:
         exporter.observe(
             BatchReport(
@@ -73,7 +69,9 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
             )
         )  # fmt: skip
         text = (
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10)
+            .read()
+            .decode()
         )
     finally:
         exporter.close()

@@ -80,7 +80,11 @@ class BatchReport:
 
 
 class PrometheusExporter:
-    """Serves the job's metrics in Prometheus text format on ``http://<host>:<port>/metrics``."""
+    """Serves the job's metrics in Prometheus text format on ``http://<host>:<port>/metrics``.
+
+    ``port`` 0 lets the OS choose a free one (:attr:`port`): tests take it so, since a port
+    probed free and then bound can be taken by another process in between.
+    """
 
     def __init__(self, port: int, host: str | None = None) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -142,6 +146,8 @@ class PrometheusExporter:
             ["view", "topic"],
         )  # fmt: skip
         self.server, self.thread = start_http_server(port, addr=self.host, registry=self.registry)
+        self.port: int = self.server.server_port
+        """The port it serves on (the one the OS chose when ``port`` was 0)."""
 
     def describe_views(self, topics: dict[str, str]) -> None:
         """Record which topic each view reads (``featureflow status`` pairs view and lag)."""
@@ -173,4 +179,6 @@ class PrometheusExporter:
             self.consumer_lag.labels(topic, str(partition)).set(records)
 
     def close(self) -> None:
+        """Stop serving and release the port."""
         self.server.shutdown()
+        self.server.server_close()
