@@ -82,3 +82,30 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
         in text
     )
     assert 'featureflow_freshness_seconds{quantile="0.99",view="user_txn_stats"} 1.5' in text
+
+
+def test_exporters_keep_their_own_counts_after_feast_turned_on_multiprocess_mode() -> None:
+    """Importing Feast sets PROMETHEUS_MULTIPROC_DIR before prometheus_client chooses where
+    values live: its Counters then shared memory-mapped values by name, and a second
+    exporter in the process started at the first one's counts. A fresh interpreter, Feast
+    imported first, as in the job's driver and in a long test run."""
+    import subprocess
+    import sys
+
+    script = """
+import feast.metrics, os, urllib.request
+assert "PROMETHEUS_MULTIPROC_DIR" in os.environ
+from featureflow.spark.metrics import BatchReport, PrometheusExporter
+for _ in range(2):
+    exporter = PrometheusExporter(0)
+    exporter.observe(BatchReport("v", 0, records=7, events=5))
+    url = f"http://127.0.0.1:{exporter.port}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    exporter.close()
+    assert 'featureflow_events_total{view="v"} 5.0' in text, text
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -79,25 +80,75 @@ class BatchReport:
         return json.dumps(record, sort_keys=True)
 
 
+class _Series:
+    """One labelled series of a metric family: ``inc`` (counters) or ``set`` (gauges)."""
+
+    def __init__(self, family: _Family, labels: tuple[str, ...]) -> None:
+        self._family, self._labels = family, labels
+
+    def inc(self, amount: float = 1.0) -> None:
+        with self._family.lock:
+            values = self._family.values
+            values[self._labels] = values.get(self._labels, 0.0) + amount
+
+    def set(self, value: float) -> None:
+        with self._family.lock:
+            self._family.values[self._labels] = float(value)
+
+
+class _Family:
+    """A counter or gauge and its values per label tuple, held by the exporter itself."""
+
+    def __init__(self, kind: str, name: str, help_text: str, labels: list[str]) -> None:
+        self.kind, self.name, self.help_text, self.labels_names = kind, name, help_text, labels
+        self.values: dict[tuple[str, ...], float] = {}
+        self.lock = threading.Lock()
+
+    def labels(self, *values: str) -> _Series:
+        return _Series(self, tuple(str(value) for value in values))
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        make = CounterMetricFamily if self.kind == "counter" else GaugeMetricFamily
+        family = make(self.name, self.help_text, labels=self.labels_names)
+        with self.lock:
+            for labels, value in sorted(self.values.items()):
+                family.add_metric(list(labels), value)
+        return family
+
+
 class PrometheusExporter:
     """Serves the job's metrics in Prometheus text format on ``http://<host>:<port>/metrics``.
 
     ``port`` 0 lets the OS choose a free one (:attr:`port`): tests take it so, since a port
     probed free and then bound can be taken by another process in between.
+
+    The values live in the exporter (its own collector), not in prometheus_client's
+    ``Counter``/``Gauge``: importing Feast sets ``PROMETHEUS_MULTIPROC_DIR``, which puts
+    every prometheus_client metric created afterwards into shared memory-mapped files
+    keyed by name, so two exporters of one process (or a restarted one) added up each
+    other's counts.
     """
 
     def __init__(self, port: int, host: str | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+        from prometheus_client import CollectorRegistry, start_http_server
 
         # Loopback unless told otherwise (docker-compose's Prometheus scrapes another host).
         self.host = host or os.environ.get(METRICS_HOST_VARIABLE, "127.0.0.1")
-        self.registry = CollectorRegistry()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._families: list[_Family] = []
 
-        def counter(name: str, help_text: str, labels: list[str]) -> Counter:
-            return Counter(name, help_text, labels, registry=self.registry)
+        def family(kind: str, name: str, help_text: str, labels: list[str]) -> _Family:
+            made = _Family(kind, name, help_text, labels)
+            self._families.append(made)
+            return made
 
-        def gauge(name: str, help_text: str, labels: list[str]) -> Gauge:
-            return Gauge(name, help_text, labels, registry=self.registry)
+        def counter(name: str, help_text: str, labels: list[str]) -> _Family:
+            return family("counter", name, help_text, labels)
+
+        def gauge(name: str, help_text: str, labels: list[str]) -> _Family:
+            return family("gauge", name, help_text, labels)
 
         self.records = counter("featureflow_records", "Kafka records read (records)", ["view"])
         self.events = counter(
@@ -145,9 +196,14 @@ class PrometheusExporter:
             "featureflow_view_info", "1 for each view the job runs, labelled with its topic",
             ["view", "topic"],
         )  # fmt: skip
+        self.registry.register(self)
         self.server, self.thread = start_http_server(port, addr=self.host, registry=self.registry)
         self.port: int = self.server.server_port
         """The port it serves on (the one the OS chose when ``port`` was 0)."""
+
+    def collect(self) -> Any:
+        """The metric families, for prometheus_client's registry (the Collector protocol)."""
+        return [family.collect() for family in self._families]
 
     def describe_views(self, topics: dict[str, str]) -> None:
         """Record which topic each view reads (``featureflow status`` pairs view and lag)."""
