@@ -89,3 +89,17 @@ class SchemaMismatchError(SchemaError):
 
 class MetricsUnavailableError(JobError):
     """A running job's Prometheus endpoint could not be read; says where and what to check."""
+
+
+class CheckpointLockedError(JobError):
+    """Another live job holds the checkpoint; ``holder`` describes it (host, pid, start, command).
+
+    ``exit_status`` (75, ``EX_TEMPFAIL``) lets a supervisor tell "already running"
+    apart from a failure (1) and bad arguments (2).
+    """
+
+    exit_status = 75
+
+    def __init__(self, message: str, holder: object) -> None:
+        super().__init__(message)
+        self.holder = holder

@@ -83,7 +83,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka-option", action="append", default=[], metavar="KEY=VALUE",
         help="extra Kafka client setting (SASL/SSL, ...); repeatable",
     )  # fmt: skip
+    _add_guard_options(parser)
     return parser
+
+
+def _add_guard_options(parser: argparse.ArgumentParser) -> None:
+    """The checkpoint lock and the safe defaults (docs/production.md)."""
+    from featureflow.spark.checkpoint_lock import DEFAULT_LEASE_NS
+
+    parser.add_argument(
+        "--checkpoint-lease", type=_duration("--checkpoint-lease"), default=DEFAULT_LEASE_NS,
+        metavar="DURATION",
+        help="a checkpoint lock whose holder, on another machine, has not renewed it for "
+        f"this long is taken over (default {DEFAULT_LEASE_NS // 10**9} s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ui-host", metavar="HOST",
+        help="address of the Spark UI, e.g. 0.0.0.0 to open it; 'none' turns it off "
+        "(default $FEATUREFLOW_UI_HOST, else 127.0.0.1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--file-mode", metavar="OCTAL",
+        help="mode of the files the job writes; directories get the matching x bits "
+        "(default $FEATUREFLOW_FILE_MODE, else 0600)",
+    )  # fmt: skip
 
 
 def _duration(option: str) -> Callable[[str], int]:
@@ -112,7 +135,7 @@ def _kafka_options(pairs: list[str]) -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the job; returns the exit status (0 when ``--available-now`` drained the topic)."""
-    return run_command(build_parser(), _run, argv, log)
+    return run_command(build_parser(), _run_guarded, argv, log)
 
 
 def run_command(
@@ -138,7 +161,28 @@ def run_command(
         return 1
     except FeatureflowError as error:
         logger.error("%s", error)
-        return 1
+        return int(getattr(error, "exit_status", 1))
+
+
+def _run_guarded(args: argparse.Namespace) -> int:
+    """:func:`_run` holding the checkpoint's lock, files and UI as the options say."""
+    from featureflow.spark import file_modes, session
+    from featureflow.spark.checkpoint_lock import CheckpointLock
+
+    if args.file_mode:  # read by this process and, through the session, the executors
+        os.environ[file_modes.ENV] = f"{file_modes.parse_mode(args.file_mode, '--file-mode'):04o}"
+    if args.ui_host:
+        os.environ[session.UI_HOST_ENV] = args.ui_host
+    lock = CheckpointLock.acquire(
+        args.checkpoint, lease_ns=args.checkpoint_lease,
+        on_lost=lambda: os.kill(os.getpid(), signal.SIGTERM),  # stop at a batch boundary
+    )  # fmt: skip
+    try:
+        file_modes.restrict_online_store(str(Path(args.repo).resolve()))
+        status = _run(args)
+    finally:
+        lock.release()
+    return 1 if lock.lost.is_set() else status
 
 
 def _run(args: argparse.Namespace) -> int:

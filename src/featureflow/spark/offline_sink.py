@@ -9,6 +9,13 @@ the features, i.e. exactly the online rows' schema, one row per event. A
 micro-batch that Spark replays after a crash rewrites the same files (same
 events, same partitioning), so the history is written idempotently per
 batch. Any filesystem pyarrow reaches works (local, HDFS, S3).
+
+Each file is written under a hidden temporary name of the writer's own
+(:func:`~featureflow.spark.state.temporary_path`; readers skip names that
+start with '.') and moved into place; local files and directories get the
+job's file mode (:mod:`featureflow.spark.file_modes`, owner-only by default).
+A writer killed mid-write leaves its hidden temporary file behind (the
+replay writes the file under a new name); readers never see it.
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from featureflow.spark import failpoints
-from featureflow.spark.state import filesystem_of
+from featureflow.spark import failpoints, file_modes
+from featureflow.spark.state import create_temporary, filesystem_of
 
 
 @dataclass(frozen=True)
@@ -37,11 +44,12 @@ class OfflineFeatureLog:
         """Write (or, on a replay, rewrite) one partition's history of ``batch`` atomically."""
         filesystem, _ = filesystem_of(self.root)
         directory = self.batch_dir(batch)
-        filesystem.create_dir(directory, recursive=True)
+        file_modes.make_dirs(filesystem, directory)
         final = f"{directory}/part-{partition:05d}.parquet"
-        pq.write_table(history, f"{final}.tmp", filesystem=filesystem)
+        temporary = create_temporary(filesystem, final)
+        pq.write_table(history, temporary, filesystem=filesystem)
         failpoints.reach("mid_offline_write", batch)
-        filesystem.move(f"{final}.tmp", final)
+        filesystem.move(temporary, final)
 
 
 def read_history(root: str, view: str) -> pa.Table:

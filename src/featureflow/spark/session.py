@@ -6,16 +6,29 @@
   is not on the classpath (no ``--jars``/``--packages``), the jars are added to
   the running session with ``ADD JAR``, which loads them in the driver and
   ships them to executors, also on a cluster (``--master spark://...``).
+
+The Spark UI (no authentication) listens on loopback only, unless asked
+otherwise (``ui_host``, ``$FEATUREFLOW_UI_HOST``). Spark 4 has no setting for
+the UI's address: ``WebUI`` binds to ``$SPARK_LOCAL_IP`` of the driver's JVM,
+else to every interface (``0.0.0.0``). So when this process starts the JVM
+(local master) it sets ``SPARK_LOCAL_IP``; under ``spark-submit`` (the JVM
+already runs, with spark-submit's environment) or for a cluster master (where
+``SPARK_LOCAL_IP`` would also be the address executors call the driver at),
+the UI is turned off (``spark.ui.enabled=false``) unless ``SPARK_LOCAL_IP``
+is already a loopback address, and the log says how to get it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from featureflow.infra import maven
+from featureflow.spark import file_modes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+UI_HOST_ENV = "FEATUREFLOW_UI_HOST"
+DEFAULT_UI_HOST = "127.0.0.1"
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 def _jvm_already_running() -> bool:
@@ -36,6 +52,7 @@ def build_session(
     master: str | None = None,
     shuffle_partitions: int | None = None,
     extra_conf: dict[str, str] | None = None,
+    ui_host: str | None = None,
 ) -> SparkSession:
     """Create (or join) the SparkSession and make sure it can read and write Kafka.
 
@@ -44,6 +61,8 @@ def build_session(
         master: Spark master URL; default ``local[*]`` unless spark-submit set one.
         shuffle_partitions: ``spark.sql.shuffle.partitions`` (default: 2 x local cores).
         extra_conf: further Spark settings, applied last.
+        ui_host: the Spark UI's address (default ``$FEATUREFLOW_UI_HOST``, else
+            127.0.0.1; ``none`` turns the UI off); see the module's docstring.
     """
     from pyspark.sql import SparkSession
 
@@ -67,16 +86,69 @@ def build_session(
     }
     if not _jvm_already_running():
         conf["spark.jars"] = ",".join(connector_jars)
+    ui_conf, local_ip = ui_settings(
+        ui_host or os.environ.get(UI_HOST_ENV) or DEFAULT_UI_HOST, master
+    )
+    conf.update(ui_conf)
+    conf.update(file_modes.spark_conf())
     conf.update(extra_conf or {})
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _environment("SPARK_LOCAL_IP", local_ip):  # read as the JVM starts
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not _kafka_source_loadable(spark):
         for jar in connector_jars:
             spark.sql(f"ADD JAR '{jar}'")
         log.info("added the Kafka connector to the running session: %s", connector_jars)
     return spark
+
+
+def ui_settings(host: str, master: str | None) -> tuple[dict[str, str], str | None]:
+    """The Spark settings, and the ``SPARK_LOCAL_IP`` for a JVM this process starts (None:
+    leave it), that put the UI on ``host`` or turn it off; see the module's docstring."""
+    bound = os.environ.get("SPARK_LOCAL_IP")
+    if host.lower() == "none":
+        return {"spark.ui.enabled": "false"}, None
+    local_master = master is None or master.startswith("local")
+    can_set = not _jvm_already_running() and local_master
+    if host in _LOOPBACK:
+        if bound is None and can_set:
+            return {}, "127.0.0.1"
+        if bound in _LOOPBACK:
+            return {}, None
+        log.info(
+            "Spark UI off: Spark binds it to $SPARK_LOCAL_IP of the driver's JVM (%s here); "
+            "run spark-submit with SPARK_LOCAL_IP=127.0.0.1 for a loopback UI, or pass "
+            "--ui-host 0.0.0.0 to open it", bound or "unset, i.e. every interface",
+        )  # fmt: skip
+        return {"spark.ui.enabled": "false"}, None
+    if bound is None and can_set and host != "0.0.0.0":
+        return {}, host
+    if host not in {"0.0.0.0", bound}:
+        log.warning(
+            "the Spark UI listens on %s, not %s: Spark binds it to $SPARK_LOCAL_IP of the "
+            "driver's JVM; set SPARK_LOCAL_IP=%s in spark-submit's environment",
+            bound or "every interface", host, host,
+        )  # fmt: skip
+    return {}, None
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """``name=value`` in this process's environment for the block (nothing when None)."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def _kafka_source_loadable(spark: SparkSession) -> bool:

@@ -42,16 +42,25 @@ depend on where a task runs. Workers hold at most
 used least recently leaving first.
 
 Files are written to a temporary name and moved into place, so a reader never
-sees a half-written version; a version that is nevertheless truncated or
-unreadable (storage that lost data) stops the job with
-:class:`~featureflow.errors.StateError` naming the file.
+sees a half-written version. The temporary name is the writer's own
+(``.batch-<id>.arrow.<pid>-<random>.tmp``, created exclusively), so two writers
+of one version (a second job on the checkpoint, which the checkpoint lock
+refuses; a zombie task on a lost executor) never write into one file: the
+last move wins, whole. A temporary file left by a killed writer is deleted
+by a later save in its directory once it is an hour old. Files are created
+with :mod:`featureflow.spark.file_modes`' mode (owner-only by default).
+A version that is nevertheless truncated or unreadable (storage that lost
+data) stops the job with :class:`~featureflow.errors.StateError` naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -61,9 +70,27 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from featureflow.errors import JobError, StateError
+from featureflow.spark import file_modes
 from featureflow.spark.watermarks import PartitionWatermarks
 
 _VERSION = re.compile(r"batch-(\d+)\.(arrow|json)$")
+_TEMPORARY = re.compile(r"^\..*\.\d+-[0-9a-f]+\.tmp$")
+_LEFTOVER_AGE_NS = 3600 * 10**9
+"""A temporary file this old is a killed writer's leftover (no write takes an hour)."""
+
+
+def temporary_path(final: str) -> str:
+    """A name of this writer's own next to ``final``: hidden (dataset readers skip names
+    starting with '.'), with this process's pid and random bits."""
+    directory, _, name = final.rpartition("/")
+    return f"{directory}/.{name}.{os.getpid()}-{secrets.token_hex(6)}.tmp"
+
+
+def create_temporary(filesystem: pafs.FileSystem, final: str) -> str:
+    """:func:`temporary_path` created empty with the job's file mode (local files)."""
+    temporary = temporary_path(final)
+    file_modes.create_file(filesystem, temporary)
+    return temporary
 
 
 class _Held(NamedTuple):
@@ -107,6 +134,19 @@ def filesystem_of(root: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(root)
 
 
+def _drop_leftovers(filesystem: pafs.FileSystem, infos: list[pafs.FileInfo]) -> None:
+    """Delete the temporary files of ``infos`` (one listing) older than an hour."""
+    now_ns = time.time_ns()
+    for info in infos:
+        if (
+            _TEMPORARY.match(info.base_name)
+            and info.mtime_ns is not None
+            and now_ns - info.mtime_ns > _LEFTOVER_AGE_NS
+        ):
+            with contextlib.suppress(OSError):  # another writer's cleanup was first
+                filesystem.delete_file(info.path)
+
+
 @dataclass(frozen=True)
 class StateStore:
     """The state of one stream view: ``partitions`` shuffle partitions under ``root``."""
@@ -124,7 +164,7 @@ class StateStore:
             JobError: naming the partition count the state needs.
         """
         filesystem, base = self._paths()
-        filesystem.create_dir(base, recursive=True)
+        file_modes.make_dirs(filesystem, base)
         found = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         counts = {
             int(info.base_name.split("=", 1)[1])
@@ -212,9 +252,9 @@ class StateStore:
 
     def _save_table(self, directory: str, batch: int, table: pa.Table) -> None:
         filesystem, _ = self._paths()
-        filesystem.create_dir(directory, recursive=True)
+        file_modes.make_dirs(filesystem, directory)
         final = f"{directory}/batch-{batch}.arrow"
-        temporary = f"{final}.tmp"
+        temporary = create_temporary(filesystem, final)
         with filesystem.open_output_stream(temporary) as sink:
             writer = ipc.new_file(sink, table.schema)
             writer.write_table(table)
@@ -228,7 +268,13 @@ class StateStore:
         """Delete the versions older than the newest one before ``batch``: every batch
         before ``batch`` is committed, so nothing reads them again."""
         filesystem, _ = self._paths()
-        versions = self._versions(directory, suffix)
+        infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        versions = [
+            (int(match.group(1)), info.path)
+            for info in infos
+            if (match := _VERSION.search(info.base_name)) and match.group(2) == suffix
+        ]
+        _drop_leftovers(filesystem, infos)
         keep_from = max((version for version, _ in versions if version < batch), default=None)
         if keep_from is None:
             return
@@ -252,11 +298,12 @@ class StateStore:
 
     def _save_json(self, directory: str, batch: int, data: dict[str, Any]) -> None:
         filesystem, _ = self._paths()
-        filesystem.create_dir(directory, recursive=True)
+        file_modes.make_dirs(filesystem, directory)
         final = f"{directory}/batch-{batch}.json"
-        with filesystem.open_output_stream(f"{final}.tmp") as sink:
+        temporary = create_temporary(filesystem, final)
+        with filesystem.open_output_stream(temporary) as sink:
             sink.write(json.dumps(data).encode())
-        filesystem.move(f"{final}.tmp", final)
+        filesystem.move(temporary, final)
         self._drop_unreadable_versions(directory, "json", batch)
 
     def load_watermarks(self, before_batch: int, delay_ns: int) -> PartitionWatermarks:
