@@ -9,8 +9,9 @@
 - Spark's native streaming ``window()`` aggregation for the hopping case: per
   user, windows of 1 h every 10 min, count/sum/avg/min/max of ``amount``, a
   5 min watermark, append mode into the ``noop`` sink, ``availableNow``.
+- The read floor: the Kafka source alone into the ``noop`` sink.
 
-Both are timed from their ``StreamingQuery`` progress reports: from the start
+All are timed from their ``StreamingQuery`` progress reports: from the start
 of the first micro-batch that read records to the end of the last one (s).
 """
 
@@ -230,3 +231,31 @@ def run_spark_window(
     seen: dict[int, dict[str, Any]] = {}
     _progress(query, seen)
     return run_from_progress("Spark window(1 h, 10 min) hopping, noop sink", seen)
+
+
+def run_read_floor(
+    spark: SparkSession, bootstrap: str, topic: str, checkpoint: Path, max_offsets_per_trigger: int
+) -> StreamRun:
+    """The Kafka source alone into the ``noop`` sink, ``availableNow``: the read floor.
+
+    No parse, no shuffle: what any system reading this topic through Spark pays
+    before doing anything with a record.
+    """
+    query = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"the Kafka read-floor query failed: {query.exception()}")
+    seen: dict[int, dict[str, Any]] = {}
+    _progress(query, seen)
+    return run_from_progress("Kafka source alone, noop sink (the read floor)", seen)

@@ -3,16 +3,22 @@
 1. Sustained throughput. ``--events`` sample events (``--users`` Zipf-skewed
    users, event time over the last day) go into a fresh 2-partition topic; the
    job (``spark-submit jobs/realtime.py --available-now``) runs on a private copy
-   of the example repo, once with both views and once with ``user_txn_stats``
-   alone. events/s = topic events / wall time of the query, from the start of
-   its first micro-batch to the end of its last (``featureflow.metrics`` lines).
+   of the example repo with both views once per online store (``--stores``,
+   default Redis — a redis-server of the benchmark's own — then SQLite), and once
+   with ``user_txn_stats`` alone. events/s = topic events / wall time of the
+   query, from the start of its first micro-batch to the end of its last
+   (``featureflow.metrics`` lines).
 2. Peers on the same topic, in the same run: Feast's ``SparkKafkaProcessor``
-   (ingest only, no windows) and Spark's native hopping ``window()``
-   aggregation (see ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``.
+   (ingest only, no windows), Spark's native hopping ``window()`` aggregation
+   and the Kafka source alone into a noop sink (the read floor; see
+   ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``. Each run is reported
+   as a ratio to featureflow on the first store and as a share of the floor.
 3. Freshness: the job runs continuously on a new topic while a producer writes
    events stamped "now" at a fixed rate (default half of step 1's rate) for
    ``--fresh-seconds``; freshness (online write time - event time, s) p50/p99
    from the metrics lines, weighted by each micro-batch's events.
+   ``--fresh-rates 2000,...,40000`` sweeps the rates for every store instead and
+   charts p50/p99 against the rate (``bench/results/stream_freshness.png``).
 4. ``--phases``: where a micro-batch's time goes on the executors (state load,
    compute, online write, offline write, state save), replayed for one shuffle
    partition outside Spark with the job's own functions.
@@ -22,14 +28,16 @@ one section per step (sustained, freshness, phases), each with its scale and
 the load average: the machine has 2 cores shared with other work.
 
 Usage: .venv/bin/python bench/stream.py [--events N] [--users U]
-       [--max-offsets-per-trigger M] [--skip sustained,rolling,window,feast,fresh]
-       [--fresh-rate R --fresh-seconds S] [--phases]
+       [--max-offsets-per-trigger M] [--stores redis,sqlite]
+       [--skip sustained,rolling,window,feast,floor,fresh]
+       [--fresh-rate R | --fresh-rates R1,R2,...] [--fresh-seconds S] [--phases]
 (run by ``make bench``, not by the tests).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -54,17 +62,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stream_peers import StreamRun, run_feast, run_spark_window  # noqa: E402
+from _stream_peers import StreamRun, run_feast, run_read_floor, run_spark_window  # noqa: E402
 
 from featureflow.events import sample  # noqa: E402
 from featureflow.infra import kafka_broker, kafka_client  # noqa: E402
+from featureflow.infra.redis_server import RedisServer  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BIN = Path(sys.executable).parent
 METRICS_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO featureflow\.metrics: (\{.*\})$"
 )
-SKIPPABLE = ("sustained", "rolling", "window", "feast", "fresh")
+SKIPPABLE = ("sustained", "rolling", "window", "feast", "floor", "fresh")
+STORES = ("redis", "sqlite")
+SQLITE_STORE = "online_store:\n  type: sqlite\n  path: data/online_store.db\n"
 
 
 def _env() -> dict[str, str]:
@@ -74,12 +85,22 @@ def _env() -> dict[str, str]:
     )  # fmt: skip
 
 
-def private_repo(root: Path, name: str, topic: str) -> Path:
-    """A copy of ``feature_repo/`` in ``root`` reading ``topic``, applied through the gate."""
+def private_repo(root: Path, name: str, topic: str, redis: str | None = None) -> Path:
+    """A copy of ``feature_repo/`` in ``root`` reading ``topic``, applied through the gate.
+
+    ``redis``: ``host:port`` of the Redis online store to use instead of the repo's SQLite.
+    """
     repo = root / name
     shutil.copytree(
         ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data", "__pycache__")
     )
+    if redis is not None:
+        config = repo / "feature_store.yaml"
+        text = config.read_text()
+        if SQLITE_STORE not in text:
+            raise RuntimeError(f"{config}: no SQLite online store block to replace")
+        redis_store = f"online_store:\n  type: redis\n  connection_string: {redis}\n"
+        config.write_text(text.replace(SQLITE_STORE, redis_store))
     definitions = repo / "features.py"
     definitions.write_text(
         definitions.read_text().replace('topic="transactions"', f'topic="{topic}"')
@@ -246,18 +267,29 @@ def weighted_quantile(values: list[float], weights: list[int], q: float) -> floa
     return float(np.asarray(values)[order][np.searchsorted(cumulative, q * cumulative[-1])])
 
 
-def run_freshness(root: Path, bootstrap: str, rate: float, seconds: float, users: int) -> StreamRun:
+def run_freshness(
+    root: Path,
+    bootstrap: str,
+    rate: float,
+    seconds: float,
+    users: int,
+    redis: str | None = None,
+    warmup_s: float = 0.0,
+) -> StreamRun:
     """Freshness of the job (both views) while a producer writes ``rate`` events/s stamped now.
 
+    The producer runs ``warmup_s + seconds``; only the micro-batches that end after
+    the warm-up count (the first batches of a new job pay Spark's and the kernels'
+    start-up, which a continuous run pays once).
     p50: the events-weighted median of the batches' p50; p99: the events-weighted
     0.99 quantile of the batches' p99 (both from the job's merged histograms,
     bucket upper edges, ~10 % resolution).
     """
     topic = f"bench-stream-fresh-{uuid.uuid4().hex[:8]}"
     kafka_broker.create_topic(bootstrap, topic, partitions=2)
-    repo = private_repo(root, "repo-fresh", topic)
-    checkpoint = root / "checkpoint-fresh"
-    log_path = root / "checkpoint-fresh.log"
+    repo = private_repo(root, f"repo-{topic}", topic, redis)
+    checkpoint = root / f"checkpoint-{topic}"
+    log_path = root / f"checkpoint-{topic}.log"
     with log_path.open("w") as log_file:
         job = subprocess.Popen(job_command(repo, bootstrap, checkpoint), stdout=log_file,
                                stderr=subprocess.STDOUT, env=_env())  # fmt: skip
@@ -267,7 +299,7 @@ def run_freshness(root: Path, bootstrap: str, rate: float, seconds: float, users
                 if job.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the job did not start:\n{log_path.read_text()[-4000:]}")
                 time.sleep(0.5)
-            producer = RateProducer(bootstrap, topic, rate, seconds, users)
+            producer = RateProducer(bootstrap, topic, rate, warmup_s + seconds, users)
             started_s = time.time()
             producer.start()
             producer.join()
@@ -284,7 +316,11 @@ def run_freshness(root: Path, bootstrap: str, rate: float, seconds: float, users
                 job.wait(120)
             except subprocess.TimeoutExpired:
                 job.kill()
-    batches = [b for b in metrics_lines(log_path.read_text()) if b["events"] > 0]
+    batches = [
+        b
+        for b in metrics_lines(log_path.read_text())
+        if b["events"] > 0 and b["end_s"] >= started_s + warmup_s
+    ]
     run = job_run("featureflow, both views, live", producer.sent, batches)
     run.events = sum(b["events"] for b in batches if b["view"] == "user_txn_stats")
     run.freshness_p50_s = weighted_quantile(
@@ -295,7 +331,8 @@ def run_freshness(root: Path, bootstrap: str, rate: float, seconds: float, users
     )
     achieved = producer.sent / producer.elapsed_s if producer.elapsed_s else 0.0
     run.note = (f"producer: {producer.sent} events in {producer.elapsed_s:.0f} s "
-                f"({achieved:,.0f}/s, target {rate:,.0f}/s), started {started_s:.0f}")  # fmt: skip
+                f"({achieved:,.0f}/s, target {rate:,.0f}/s), started {started_s:.0f}; "
+                f"batches ending in the first {warmup_s:.0f} s not counted")  # fmt: skip
     return run
 
 
@@ -349,7 +386,7 @@ def profile_phases(root: Path, events: int, users: int, batch: int, partitions: 
                 events_in, new.num_rows, spec, seen_max - spec.watermark_ns
             )
             clock.append(time.perf_counter())
-            online_sink.write_online(store, spec, rows)
+            online_sink.write_online(store, {spec.name: rows})
             clock.append(time.perf_counter())
             offline.write(batch_id, 0, history)
             clock.append(time.perf_counter())
@@ -362,15 +399,24 @@ def profile_phases(root: Path, events: int, users: int, batch: int, partitions: 
     return "\n".join(lines)
 
 
-def table(runs: list[StreamRun], reference: StreamRun | None) -> str:
-    """The markdown table of the runs (ratio: events/s vs featureflow with both views)."""
+def table(
+    runs: list[StreamRun], reference: StreamRun | None, floor: StreamRun | None = None
+) -> str:
+    """The markdown table of the runs (ratio: events/s vs featureflow with both views; share:
+    events/s as a share of the Kafka read floor's)."""
 
     def fmt(value: float | None) -> str:
         return "-" if value is None else f"{value:.3g}"
 
-    lines = ["| system | events | wall s | events/s | vs featureflow | freshness p50 / p99 s |",
-             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = ["| system | events | wall s | events/s | vs featureflow | of read floor "
+             "| freshness p50 / p99 s |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for run in runs:
+        share = (
+            f"{run.events_per_s / floor.events_per_s:.0%}"
+            if floor is not None and floor.events_per_s
+            else "-"
+        )
         ratio = (
             run.events_per_s / reference.events_per_s
             if reference and reference.events_per_s
@@ -384,7 +430,7 @@ def table(runs: list[StreamRun], reference: StreamRun | None) -> str:
         shown = "-" if ratio is None else f"{ratio:.2f}x"
         lines.append(
             f"| {run.system} | {run.events:,} | {run.wall_s:.1f} | {run.events_per_s:,.0f} "
-            f"| {shown} | {fresh} |"
+            f"| {shown} | {share} | {fresh} |"
         )
     return "\n".join(lines)
 
@@ -420,24 +466,34 @@ def as_record(runs: list[StreamRun]) -> list[dict[str, Any]]:
 
 
 def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun:
-    """Step 1 and the peers on one topic of ``args.events`` events; returns the reference run."""
+    """Step 1 and the peers on one topic of ``args.events`` events; returns the reference run
+    (featureflow, both views, on the first of ``args.stores``)."""
     load_before = os.getloadavg()[0]
     topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
     produce_s = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
     print(f"produced {args.events:,} events ({args.users:,} users) to {topic} in {produce_s:.0f} s")
     offsets = args.max_offsets_per_trigger
-    repo = private_repo(root, "repo-both", topic)
-    both = run_job(repo, args.bootstrap, root / "ckpt-both", args.events,
-                   "featureflow, both views (18 rolling + session)", offsets)  # fmt: skip
-    runs = [both]
-    print(table(runs, both), flush=True)
+    runs: list[StreamRun] = []
+    floor: StreamRun | None = None
+    for store in args.stores:
+        repo = private_repo(
+            root, f"repo-both-{store}", topic, args.redis if store == "redis" else None
+        )
+        runs.append(run_job(repo, args.bootstrap, root / f"ckpt-both-{store}", args.events,
+                            f"featureflow, both views (18 rolling + session), {store}",
+                            offsets))  # fmt: skip
+        print(table(runs, runs[0]), flush=True)
+    both = runs[0]
     if "rolling" not in skip:
-        rolling_repo = private_repo(root, "repo-rolling", topic)
+        store = args.stores[0]
+        rolling_repo = private_repo(
+            root, "repo-rolling", topic, args.redis if store == "redis" else None
+        )
         runs.append(run_job(rolling_repo, args.bootstrap, root / "ckpt-rolling", args.events,
-                            "featureflow, user_txn_stats only (18 rolling)", offsets,
+                            f"featureflow, user_txn_stats only (18 rolling), {store}", offsets,
                             "--view", "user_txn_stats"))  # fmt: skip
         print(table(runs, both), flush=True)
-    if {"window", "feast"} - skip:
+    if {"window", "feast", "floor"} - skip:
         from featureflow.spark.session import build_session
 
         spark = build_session(
@@ -445,8 +501,9 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
             extra_conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"},
         )  # fmt: skip
         if "window" not in skip:
+            window_repo = private_repo(root, "repo-window", topic)
             runs.append(
-                run_spark_window(spark, repo, args.bootstrap, root / "ckpt-window", offsets)
+                run_spark_window(spark, window_repo, args.bootstrap, root / "ckpt-window", offsets)
             )
             print(table(runs, both), flush=True)
         if "feast" not in skip:
@@ -454,15 +511,71 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
             runs.append(run_feast(spark, feast_repo, args.events, root / "ckpt-feast", offsets,
                                   args.feast_timeout))  # fmt: skip
             print(table(runs, both), flush=True)
+        if "floor" not in skip:
+            floor = run_read_floor(spark, args.bootstrap, topic, root / "ckpt-floor", offsets)
+            runs.append(floor)
+            print(table(runs, both, floor), flush=True)
         spark.stop()
     kafka_broker.delete_topic(args.bootstrap, topic)
     load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     save("sustained", {
         "scale": {"events": args.events, "users": args.users, "max_offsets_per_trigger": offsets},
         "load_average_1m": load, "produce_s": round(produce_s, 1), "runs": as_record(runs),
-        "table": table(runs, both), "notes": [f"{r.system}: {r.note}" for r in runs if r.note],
+        "table": table(runs, both, floor),
+        "notes": [f"{r.system}: {r.note}" for r in runs if r.note],
     })  # fmt: skip
     return both
+
+
+def freshness_sweep(args: argparse.Namespace, root: Path, rates: list[float]) -> None:
+    """Freshness p50/p99 against the producer's rate, per online store: a table and a chart
+    (``bench/results/stream_freshness.png``)."""
+    load_before = os.getloadavg()[0]
+    runs: dict[str, list[tuple[float, StreamRun]]] = {}
+    for store in args.stores:
+        for rate in rates:
+            run = run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users,
+                                args.redis if store == "redis" else None,
+                                args.fresh_warmup)  # fmt: skip
+            run.system = f"featureflow, both views, live, {store}, {rate:,.0f} ev/s"
+            runs.setdefault(store, []).append((rate, run))
+            print(table([run], None), f"\n- {run.note}", flush=True)
+    every = [run for points in runs.values() for _, run in points]
+    chart = RESULTS / "stream_freshness.png"
+    _freshness_chart(runs, chart)
+    save("freshness_sweep", {
+        "scale": {"rates": rates, "seconds": args.fresh_seconds, "users": args.users,
+                  "stores": list(args.stores)},
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "runs": as_record(every), "table": table(every, None),
+        "notes": [run.note for run in every] + [f"chart: {chart.relative_to(ROOT)}"],
+    })  # fmt: skip
+
+
+def _freshness_chart(runs: dict[str, list[tuple[float, StreamRun]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for store, points in runs.items():
+        rates = [rate for rate, _ in points]
+        for quantile, style in (("p50", "-o"), ("p99", "--s")):
+            values = [getattr(run, f"freshness_{quantile}_s") for _, run in points]
+            axes.plot(rates, [v if v is not None else float("nan") for v in values], style,
+                      label=f"{store} {quantile}")  # fmt: skip
+    axes.axhline(2.0, color="grey", linewidth=0.8, linestyle=":")
+    axes.set_xlabel("producer rate (events/s, 100 k users)")
+    axes.set_ylabel("freshness: online write - event time (s)")
+    axes.set_yscale("log")
+    axes.set_xscale("log")
+    axes.set_title("featureflow stream job, both example views")
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 def main() -> int:
@@ -476,6 +589,20 @@ def main() -> int:
              "required with --skip sustained)",
     )  # fmt: skip
     parser.add_argument("--fresh-seconds", type=float, default=90.0)
+    parser.add_argument(
+        "--fresh-warmup", type=float, default=30.0,
+        help="seconds of producing before freshness counts (the job's start-up)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fresh-rates", default="",
+        help="comma-separated producer rates (events/s) of a freshness sweep per store, "
+             "charted in bench/results/stream_freshness.png (e.g. 2000,5000,10000,20000,40000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stores", default=",".join(STORES),
+        help="online stores to run featureflow with, the first one the reference "
+             f"(default {','.join(STORES)}; Redis: a redis-server of the benchmark's own)",
+    )  # fmt: skip
     parser.add_argument(
         "--bootstrap", default=None,
         help="a running broker (default: the project's local broker, started if needed)",
@@ -502,18 +629,32 @@ def main() -> int:
         })  # fmt: skip
         return 0
     skip = {name for name in args.skip.split(",") if name}
-    args.bootstrap = args.bootstrap or kafka_broker.start()
+    args.stores = [name for name in args.stores.split(",") if name]
+    rates = [float(rate) for rate in args.fresh_rates.split(",") if rate]
     if skip - set(SKIPPABLE):
         parser.error(f"--skip takes {SKIPPABLE}, got {sorted(skip)}")
-    if "sustained" in skip and not args.fresh_rate and "fresh" not in skip:
-        parser.error("--skip sustained needs --fresh-rate")
-    with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
+    if not args.stores or set(args.stores) - set(STORES):
+        parser.error(f"--stores takes {STORES}, got {args.stores}")
+    if "sustained" in skip and not (args.fresh_rate or rates) and "fresh" not in skip:
+        parser.error("--skip sustained needs --fresh-rate or --fresh-rates")
+    args.bootstrap = args.bootstrap or kafka_broker.start()
+    with contextlib.ExitStack() as cleanup:
+        tmp = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="bench-stream-"))
+        args.redis = (
+            cleanup.enter_context(RedisServer()).connection_string
+            if "redis" in args.stores
+            else None
+        )
         root = Path(tmp)
         reference = None if "sustained" in skip else sustained(args, root, skip)
-        if "fresh" not in skip:
+        if rates and "fresh" not in skip:
+            freshness_sweep(args, root, rates)
+        elif "fresh" not in skip:
             load_before = os.getloadavg()[0]
             rate = args.fresh_rate or (reference.events_per_s / 2 if reference else 0.0)
-            live = run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users)
+            live = run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users,
+                                 args.redis if args.stores[0] == "redis" else None,
+                                 args.fresh_warmup)  # fmt: skip
             print(table([live], None), f"\n- {live.note}", flush=True)
             save("freshness", {
                 "scale": {"rate": round(rate, 1), "seconds": args.fresh_seconds,
