@@ -22,6 +22,8 @@ DEMO_CHECKPOINT := .featureflow/checkpoints/demo
 STREAM_EVENTS ?= 2000000
 STREAM_USERS  ?= 100000
 STREAM_TRIGGER ?= 1000000
+# Producer rates (events/s) of the freshness sweep, each run on Redis and on SQLite.
+STREAM_FRESH_RATES ?= 2000,5000,10000,20000,40000
 
 .PHONY: setup system-deps venv kernels jars demo test test-fast bench lint clean
 
@@ -94,7 +96,9 @@ bench: setup
 	$(BIN)/python bench/online_write.py
 	$(BIN)/python bench/backfill.py
 	$(BIN)/python bench/stream_flat.py
-	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER)
+	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER) \
+	  --fresh-rates $(STREAM_FRESH_RATES)
+	$(BIN)/python bench/realtime_mode.py
 
 # Run by `make test` (and so by CI) before the tests. `mojo format` has no --check: a copy of
 # mojo_ops/ is formatted and compared.
