@@ -44,6 +44,7 @@ class StreamRun:
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
     note: str = ""
+    memory: dict[str, Any] = field(default_factory=dict)  # Python workers' RSS (featureflow)
 
     @property
     def events_per_s(self) -> float:

@@ -19,6 +19,10 @@
    from the metrics lines, weighted by each micro-batch's events.
    ``--fresh-rates 2000,...,40000`` sweeps the rates for every store instead and
    charts p50/p99 against the rate (``bench/results/stream_freshness.png``).
+   Memory, per featureflow run: the state after the last batch (events held,
+   bytes, bytes per event) and the Python workers' RSS sampled from /proc
+   (``_worker_memory.py``): the peak, and its growth from the first to the last
+   tenth of the run against the state's size.
 4. ``--phases``: where a micro-batch's time goes on the executors (state load,
    compute, online write, offline write, state save), replayed for one shuffle
    partition outside Spark with the job's own functions.
@@ -63,6 +67,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stream_peers import StreamRun, run_feast, run_read_floor, run_spark_window  # noqa: E402
+from _worker_memory import WorkerMemory  # noqa: E402
 
 from featureflow.events import sample  # noqa: E402
 from featureflow.infra import kafka_broker, kafka_client  # noqa: E402
@@ -141,8 +146,9 @@ def job_run(system: str, topic_events: int, batches: list[dict[str, Any]]) -> St
         return StreamRun(system, 0, 0.0, note="no metrics line with records")
     start = min(b["end_s"] - b["duration_s"] for b in busy)
     end = max(b["end_s"] for b in busy)
-    keep = ("view", "batch_id", "records", "events", "state_rows", "entities_written", "duration_s",
-            "freshness_p50_s", "freshness_p99_s", "phases_s")  # fmt: skip
+    keep = ("view", "batch_id", "records", "events", "state_rows", "state_bytes",
+            "entities_written", "duration_s", "freshness_p50_s", "freshness_p99_s",
+            "phases_s")  # fmt: skip
     return StreamRun(system, topic_events, end - start, [{k: b.get(k) for k in keep} for b in busy])
 
 
@@ -153,13 +159,17 @@ def run_job(repo: Path, bootstrap: str, checkpoint: Path, events: int, system: s
                           "--max-offsets-per-trigger", str(max_offsets), *extra)  # fmt: skip
     log_path = checkpoint.parent / f"{checkpoint.name}.log"
     with log_path.open("w") as log_file:
-        job = subprocess.run(
-            command, stdout=log_file, stderr=subprocess.STDOUT, env=_env(), check=False
-        )
+        job = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=_env())
+        memory = WorkerMemory(job.pid)
+        memory.start()
+        returncode = job.wait()
+        memory.stop()
     log = log_path.read_text()
-    if job.returncode or "kernels: mojo" not in log:
-        raise RuntimeError(f"the job failed (exit {job.returncode}):\n{log[-4000:]}")
-    return job_run(system, events, metrics_lines(log))
+    if returncode or "kernels: mojo" not in log:
+        raise RuntimeError(f"the job failed (exit {returncode}):\n{log[-4000:]}")
+    run = job_run(system, events, metrics_lines(log))
+    run.memory = memory.summary()
+    return run
 
 
 def rows(events: sample.SampleEvents, start: int, stop: int) -> sample.SampleEvents:
@@ -435,6 +445,31 @@ def table(
     return "\n".join(lines)
 
 
+def memory_table(runs: list[StreamRun]) -> str:
+    """The featureflow runs' state after their last batch and their Python workers' RSS."""
+    lines = ["| system | state events | state MiB | bytes / event | workers' peak MiB "
+             "| largest worker MiB | first -> last tenth MiB | growth / state size |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for run in runs:
+        if not run.memory.get("samples"):
+            continue
+        last: dict[str, dict[str, Any]] = {}
+        for batch in run.batches:
+            last[batch["view"]] = batch
+        rows_held = sum(b.get("state_rows") or 0 for b in last.values())
+        bytes_held = sum(b.get("state_bytes") or 0 for b in last.values())
+        growth = run.memory["last_tenth_mib"] - run.memory["first_tenth_mib"]
+        state_mib = bytes_held / (1 << 20)
+        lines.append(
+            f"| {run.system} | {rows_held:,} | {state_mib:.0f} "
+            f"| {bytes_held / rows_held if rows_held else 0:.1f} "
+            f"| {run.memory['peak_total_mib']:,.0f} | {run.memory['peak_worker_mib']:,.0f} "
+            f"| {run.memory['first_tenth_mib']:,.0f} -> {run.memory['last_tenth_mib']:,.0f} "
+            f"| {growth / state_mib if state_mib else float('nan'):.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def save(section: str, content: dict[str, Any]) -> None:
     """Store one section (``sustained``, ``freshness``, ``phases``) of ``stream.json``.
 
@@ -521,7 +556,7 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     save("sustained", {
         "scale": {"events": args.events, "users": args.users, "max_offsets_per_trigger": offsets},
         "load_average_1m": load, "produce_s": round(produce_s, 1), "runs": as_record(runs),
-        "table": table(runs, both, floor),
+        "table": table(runs, both, floor) + "\n\nMemory:\n\n" + memory_table(runs),
         "notes": [f"{r.system}: {r.note}" for r in runs if r.note],
     })  # fmt: skip
     return both
