@@ -31,6 +31,11 @@ class RedisServerError(InfraError):
     """The local ``redis-server`` could not be found, started or stopped."""
 
 
+class KafkaSettingsError(FeatureflowError):
+    """Kafka client settings (``--kafka-options-file``, ``FEATUREFLOW_KAFKA_*``,
+    ``--kafka-option``) are malformed or can't be used by a client; never shows a secret."""
+
+
 class OnlineStoreError(FeatureflowError):
     """Features could not be written to the Feast online store; says which column or setting."""
 

@@ -81,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     quiet_third_party_logs(verbose=args.verbose)
+    from featureflow.secrets import install_log_redaction
+
+    install_log_redaction()
     try:
         status: int = args.handler(args)
     except (Exception, KeyboardInterrupt) as error:

@@ -120,9 +120,11 @@ def report_failure(command: str, error: BaseException, *, verbose: bool) -> int:
     if isinstance(error, KeyboardInterrupt):
         print(f"featureflow {command}: interrupted", file=sys.stderr)
         return 130
+    from featureflow.secrets import redact_text
+
     if verbose:
         import traceback
 
-        traceback.print_exception(error)
-    print(f"featureflow {command}: error: {explain(error)}", file=sys.stderr)
+        sys.stderr.write(redact_text("".join(traceback.format_exception(error))))
+    print(f"featureflow {command}: error: {redact_text(explain(error))}", file=sys.stderr)
     return 1

@@ -5,6 +5,11 @@ Kafka's own scripts do: ``kafka.tools.StorageTool format`` once, then
 ``kafka.Kafka server.properties``. Config, data and log live in
 ``<cache>/kafka/``; the process is detached (its own session) and recorded in
 ``broker.pid`` so ``stop`` finds it from any later command.
+
+A :class:`BrokerSecurity` makes the client listener ``SASL_SSL`` (SASL/PLAIN or
+SCRAM over TLS, e.g. with a :func:`featureflow.infra.tls.make_self_signed`
+certificate); the controller listener (``port + 1``, loopback) stays plaintext.
+Give such a broker its own port and directory.
 """
 
 from __future__ import annotations
@@ -17,16 +22,113 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from featureflow import paths
 from featureflow.errors import KafkaBrokerError
-from featureflow.infra import maven
+from featureflow.infra import kafka_settings, maven
+
+if TYPE_CHECKING:
+    from featureflow.infra.tls import LocalCertificate
 
 DEFAULT_PORT = 9092
 DEFAULT_HOST = "127.0.0.1"
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True)
+class BrokerSecurity:
+    """A ``SASL_SSL`` client listener: SASL ``mechanism`` over TLS with ``certificate``.
+
+    ``users`` are (name, password) pairs clients may log in as; the broker logs in
+    to itself as ``broker``/``broker_password``. SCRAM users are stored when the
+    storage is formatted (``--add-scram``), so they are fixed for a data directory.
+    """
+
+    certificate: LocalCertificate
+    users: tuple[tuple[str, str], ...]
+    broker_password: str = field(repr=False)
+    mechanism: str = "PLAIN"
+
+    def __post_init__(self) -> None:
+        if self.mechanism not in SASL_MECHANISMS:
+            msg = f"SASL mechanism {self.mechanism!r}: use one of {', '.join(SASL_MECHANISMS)}"
+            raise KafkaBrokerError(msg)
+
+    def __repr__(self) -> str:  # no passwords in a repr
+        names = ", ".join(name for name, _ in self.users)
+        return f"BrokerSecurity(mechanism={self.mechanism!r}, users=[{names}])"
+
+    def jaas(self, user: str, password: str) -> str:
+        """A client's ``sasl.jaas.config`` for ``user``."""
+        module = _LOGIN_MODULES[self.mechanism]
+        return f'{module} required username="{user}" password="{password}";'
+
+    def client_settings(self, user: str | None = None) -> dict[str, str]:
+        """Kafka client settings (Java names, see :mod:`featureflow.infra.kafka_settings`) to
+        reach the listener as ``user`` (default: the first of ``users``), trusting the
+        certificate; ``librdkafka.ssl.ca.location`` serves confluent-kafka clients."""
+        name, password = next(
+            (pair for pair in self.users if user is None or pair[0] == user), (None, None)
+        )
+        if name is None or password is None:
+            msg = f"the broker has no user {user!r}"
+            raise KafkaBrokerError(msg)
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": self.mechanism,
+            "sasl.jaas.config": self.jaas(name, password),
+            "ssl.truststore.location": str(self.certificate.truststore),
+            "ssl.truststore.type": "PKCS12",
+            "ssl.truststore.password": self.certificate.password,
+            "librdkafka.ssl.ca.location": str(self.certificate.certificate_pem),
+        }
+
+    def server_lines(self) -> list[str]:
+        """The broker's SASL and TLS settings for the ``SASL_SSL`` listener."""
+        module = _LOGIN_MODULES[self.mechanism]
+        listener = f"listener.name.sasl_ssl.{self.mechanism.lower()}.sasl.jaas.config"
+        if self.mechanism == "PLAIN":
+            accounts = "".join(
+                f' user_{name}="{password}"'
+                for name, password in (("broker", self.broker_password), *self.users)
+            )
+        else:
+            accounts = ""
+        cert = self.certificate
+        return [
+            f"sasl.enabled.mechanisms={self.mechanism}",
+            f"sasl.mechanism.inter.broker.protocol={self.mechanism}",
+            f'{listener}={module} required username="broker" '
+            f'password="{self.broker_password}"{accounts};',
+            f"ssl.keystore.location={cert.keystore}",
+            "ssl.keystore.type=PKCS12",
+            f"ssl.keystore.password={cert.password}",
+            f"ssl.key.password={cert.password}",
+            # The broker's own (inter-broker) client checks the certificate too.
+            f"ssl.truststore.location={cert.truststore}",
+            "ssl.truststore.type=PKCS12",
+            f"ssl.truststore.password={cert.password}",
+        ]
+
+    def scram_arguments(self) -> list[str]:
+        """``StorageTool format`` arguments that store the SCRAM credentials."""
+        if not self.mechanism.startswith("SCRAM"):
+            return []
+        return [
+            f"--add-scram={self.mechanism}=[name={name},password={password}]"
+            for name, password in (("broker", self.broker_password), *self.users)
+        ]
 
 
 @dataclass(frozen=True)
@@ -38,10 +140,16 @@ class BrokerConfig:
     directory: Path | None = None
     partitions: int = 2
     heap: str = "512m"
+    security: BrokerSecurity | None = None
+    """None: a plaintext listener; else ``SASL_SSL`` (:class:`BrokerSecurity`)."""
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def client_settings(self) -> dict[str, str]:
+        """Kafka client settings that reach this broker (empty for a plaintext one)."""
+        return self.security.client_settings() if self.security else {}
 
     @property
     def root(self) -> Path:
@@ -63,17 +171,19 @@ class BrokerConfig:
 def server_properties(config: BrokerConfig) -> str:
     """The broker's ``server.properties``: one KRaft node, replication factor 1."""
     controller = config.port + 1
+    listener = "SASL_SSL" if config.security else "PLAINTEXT"
     return "\n".join(
         [
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@{config.host}:{controller}",
-            f"listeners=PLAINTEXT://{config.host}:{config.port},"
+            f"listeners={listener}://{config.host}:{config.port},"
             f"CONTROLLER://{config.host}:{controller}",
-            f"advertised.listeners=PLAINTEXT://{config.host}:{config.port}",
+            f"advertised.listeners={listener}://{config.host}:{config.port}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
+            f"listener.security.protocol.map=CONTROLLER:PLAINTEXT,{listener}:{listener}",
+            f"inter.broker.listener.name={listener}",
+            *(config.security.server_lines() if config.security else []),
             f"log.dirs={config.data_dir}",
             f"num.partitions={config.partitions}",
             "auto.create.topics.enable=true",
@@ -147,8 +257,8 @@ def _format_storage(config: BrokerConfig, properties: Path) -> None:
         # "--cluster-id=<id>" as one argument: 1 in 64 random ids start with "-", which
         # the tool's parser otherwise reads as an option ("expected one argument").
         config, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
-        "-c", str(properties),
-    )
+        "-c", str(properties), *(config.security.scram_arguments() if config.security else []),
+    )  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         msg = f"formatting the broker's storage failed:\n{result.stdout}{result.stderr}"
@@ -187,6 +297,8 @@ def start(config: BrokerConfig | None = None, *, timeout_s: float = 90.0) -> str
         raise KafkaBrokerError(msg)
     config.root.mkdir(parents=True, exist_ok=True)
     properties = config.root / "server.properties"
+    properties.touch(mode=0o600)
+    properties.chmod(0o600)  # a secured broker's file holds passwords
     properties.write_text(server_properties(config))
     _format_storage(config, properties)
     command = _java_command(config, "kafka.Kafka", str(properties))
@@ -205,9 +317,7 @@ def start(config: BrokerConfig | None = None, *, timeout_s: float = 90.0) -> str
 
 
 def _serves_kafka(config: BrokerConfig, timeout_s: float = 5.0) -> bool:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": config.bootstrap})
+    admin = _admin(config.bootstrap, config.client_settings())
     try:
         admin.list_topics(timeout=timeout_s)
     except Exception:
@@ -272,12 +382,31 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 2, timeout_s: float = 30.0) -> None:
-    """Create ``topic`` unless it exists (replication factor 1)."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+def _admin(bootstrap: str, settings: Mapping[str, str] | None):  # type: ignore[no-untyped-def]
+    """A confluent-kafka admin client; ``settings``: Kafka client settings (SASL, TLS)."""
+    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient(
+        {"bootstrap.servers": bootstrap, **kafka_settings.librdkafka_config(settings or {})}
+    )
+
+
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int = 2,
+    timeout_s: float = 30.0,
+    *,
+    settings: Mapping[str, str] | None = None,
+) -> None:
+    """Create ``topic`` unless it exists (replication factor 1).
+
+    ``settings``: Kafka client settings to reach a secured broker
+    (:mod:`featureflow.infra.kafka_settings`)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap, settings)
     if topic in admin.list_topics(timeout=timeout_s).topics:
         return
     futures = admin.create_topics(
@@ -291,11 +420,15 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2, timeout_s: flo
             raise KafkaBrokerError(msg) from error
 
 
-def delete_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+def delete_topic(
+    bootstrap: str,
+    topic: str,
+    timeout_s: float = 30.0,
+    *,
+    settings: Mapping[str, str] | None = None,
+) -> None:
     """Delete ``topic`` if it exists and wait until the broker no longer lists it."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = _admin(bootstrap, settings)
     if topic not in admin.list_topics(timeout=timeout_s).topics:
         return
     admin.delete_topics([topic])[topic].result(timeout=timeout_s)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from featureflow.errors import KafkaBrokerError
+from featureflow.infra import kafka_settings
 
 
 def produce(
@@ -14,11 +15,13 @@ def produce(
     *,
     timeout_s: float = 60.0,
     partition: int | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> int:
     """Send (key, value) records to ``topic`` and wait until all are acknowledged.
 
     ``partition``: write every record to this partition (default: the producer's
-    partitioner, which hashes the key).
+    partitioner, which hashes the key). ``settings``: Kafka client settings (SASL,
+    TLS; Java names, :mod:`featureflow.infra.kafka_settings`).
 
     Returns:
         The number of records acknowledged by the broker.
@@ -39,6 +42,7 @@ def produce(
             # librdkafka's transient warnings (e.g. "coordinator load in progress"
             # right after the broker starts) are retried internally; errors still show.
             "log_level": 3,
+            **kafka_settings.librdkafka_config(settings or {}),
         }
     )
     failures: list[str] = []
@@ -72,11 +76,24 @@ def produce(
     return sent
 
 
-def end_offsets(bootstrap: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
-    """The next offset to be written, per partition of ``topic``."""
+def end_offsets(
+    bootstrap: str,
+    topic: str,
+    timeout_s: float = 30.0,
+    *,
+    settings: Mapping[str, str] | None = None,
+) -> dict[int, int]:
+    """The next offset to be written, per partition of ``topic`` (``settings``: as
+    :func:`produce`'s)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "featureflow-offsets"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "featureflow-offsets",
+            **kafka_settings.librdkafka_config(settings or {}),
+        }
+    )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s)
         partitions = metadata.topics[topic].partitions

@@ -8,6 +8,13 @@ without a system service::
 
 The server keeps nothing on disk (no RDB snapshots, no AOF) and is stopped,
 and its directory removed, on ``stop()`` or when the ``with`` block ends.
+
+Secured: ``RedisServer(password=...)`` sets ``requirepass``;
+``RedisServer(tls=certificate)`` (a :class:`featureflow.infra.tls.LocalCertificate`)
+serves TLS only (the packaged Redis 7.0 is built with TLS). Both go into a
+``redis.conf`` readable by its owner only, never on the command line (``ps``
+shows that to every user), and into :attr:`RedisServer.connection_string`
+(``127.0.0.1:PORT,password=...,ssl=true,ssl_ca_certs=...``).
 The binary comes from the ``redis-server`` Debian package (or ``$REDIS_SERVER``).
 """
 
@@ -16,13 +23,19 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from featureflow.errors import RedisServerError
+
+if TYPE_CHECKING:
+    from featureflow.infra.tls import LocalCertificate
+
 
 STARTUP_TIMEOUT_S = 10.0
 """Seconds to wait for the server to answer ``PING`` after starting it."""
@@ -50,11 +63,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _ping(port: int) -> bool:
+def _resp(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+
+def _ping(port: int, password: str | None = None, ca_file: Path | None = None) -> bool:
+    """Whether the server answers ``PING`` (after ``AUTH``; over TLS trusting ``ca_file``)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as raw:
+            sock: socket.socket = raw
+            if ca_file is not None:
+                sock = ssl.create_default_context(cafile=str(ca_file)).wrap_socket(
+                    raw, server_hostname="127.0.0.1"
+                )
+            request = _resp(b"PING")
+            if password:
+                request = _resp(b"AUTH", password.encode()) + request
+            sock.sendall(request)
+            reply = b""
+            while b"PONG" not in reply and b"-" not in reply[:1] and len(reply) < 256:
+                chunk = sock.recv(256)
+                if not chunk:
+                    break
+                reply += chunk
+            return b"+PONG" in reply
     except OSError:
         return False
 
@@ -62,16 +94,63 @@ def _ping(port: int) -> bool:
 class RedisServer:
     """One ``redis-server`` process on 127.0.0.1 (see the module docstring)."""
 
-    def __init__(self, port: int | None = None, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        binary: str | None = None,
+        *,
+        password: str | None = None,
+        tls: LocalCertificate | None = None,
+    ) -> None:
         self.port = port or _free_port()
         self.binary = binary or find_binary()
+        self.password = password
+        self.tls = tls
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def connection_string(self) -> str:
-        """``host:port`` as Feast's ``RedisOnlineStoreConfig.connection_string`` wants it."""
-        return f"127.0.0.1:{self.port}"
+        """``host:port`` as Feast's ``RedisOnlineStoreConfig.connection_string`` wants it,
+        plus ``password=`` and ``ssl=true,ssl_ca_certs=`` for a secured server."""
+        parts = [f"127.0.0.1:{self.port}"]
+        if self.password:
+            parts.append(f"password={self.password}")
+        if self.tls is not None:
+            parts += ["ssl=true", f"ssl_ca_certs={self.tls.certificate_pem}"]
+        return ",".join(parts)
+
+    @property
+    def log_file(self) -> Path | None:
+        """The server's log (in its directory, removed by :meth:`stop`)."""
+        return self._dir / "redis.log" if self._dir is not None else None
+
+    def _secured_config(self, directory: Path) -> list[str]:
+        """``redis.conf`` (0600) with the password and TLS settings; its path as the
+        server's first argument, or nothing when the server is not secured."""
+        lines = []
+        if self.password:
+            if any(c in self.password for c in "\"\r\n"):
+                msg = "the Redis password must not contain quotes or line breaks"
+                raise RedisServerError(msg)
+            lines.append(f'requirepass "{self.password}"')
+        if self.tls is not None:
+            lines += [
+                "port 0",
+                f"tls-port {self.port}",
+                f'tls-cert-file "{self.tls.certificate_pem}"',
+                f'tls-key-file "{self.tls.key_pem}"',
+                f'tls-ca-cert-file "{self.tls.certificate_pem}"',
+                "tls-auth-clients no",
+            ]
+        if not lines:
+            return []
+        conf = directory / "redis.conf"
+        conf.touch(mode=0o600)
+        conf.chmod(0o600)
+        conf.write_text("".join(line + "\n" for line in lines))
+        return [str(conf)]
+
 
     def start(self) -> RedisServer:
         """Start the server and wait (up to ``STARTUP_TIMEOUT_S`` seconds) until it answers."""
@@ -80,7 +159,8 @@ class RedisServer:
         self._dir = Path(tempfile.mkdtemp(prefix="featureflow-redis-"))
         log = self._dir / "redis.log"
         args = [
-            self.binary, "--bind", "127.0.0.1", "--port", str(self.port),
+            self.binary, *self._secured_config(self._dir), "--bind", "127.0.0.1",
+            "--port", "0" if self.tls else str(self.port),
             "--dir", str(self._dir), "--save", "", "--appendonly", "no",
             "--daemonize", "no", "--logfile", str(log), "--protected-mode", "yes",
         ]
@@ -98,7 +178,7 @@ class RedisServer:
                 self.stop()
                 msg = f"redis-server exited at start (port {self.port} in use?):\n{tail}"
                 raise RedisServerError(msg)
-            if _ping(self.port):
+            if _ping(self.port, self.password, self.tls.certificate_pem if self.tls else None):
                 return self
             time.sleep(0.02)
         self.stop()

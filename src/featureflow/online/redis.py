@@ -58,6 +58,7 @@ from featureflow.errors import OnlineStoreError
 from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
 from featureflow.online.batch import Batch, reorder
+from featureflow.secrets import redis_address
 
 CHUNK = 128
 """Entities per WATCH/MULTI/EXEC round. Redis 7's WATCH checks each new key
@@ -180,7 +181,7 @@ def write(
     try:
         sha = client.script_load(LUA_READ_TIMESTAMPS).encode()
     except RedisError as exc:
-        msg = f"Redis at {config.connection_string} refused a script: {exc}"
+        msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
         raise OnlineStoreError(msg) from exc
     pool = client.connection_pool
     bounds = [(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)]
@@ -196,7 +197,7 @@ def write(
         for conn in conns:
             conn.disconnect()
         done = sum(writer.written for writer in writers)
-        msg = (f"Redis write to {config.connection_string} failed after {done} "
+        msg = (f"Redis write to {redis_address(config.connection_string)} failed after {done} "
                "entities; every entity is either fully old or fully new. Retry the batch: "
                f"{exc}")
         raise OnlineStoreError(msg) from exc
@@ -204,8 +205,9 @@ def write(
         for conn in conns:
             pool.release(conn)
     if first_error is not None:
-        msg = (f"Redis rejected part of the write to {config.connection_string} ({written} "
-               f"entities written, each fully; the chunks with errors not): {first_error}")
+        msg = (f"Redis rejected part of the write to {redis_address(config.connection_string)} "
+               f"({written} entities written, each fully; the chunks with errors not): "
+               f"{first_error}")
         raise OnlineStoreError(msg) from first_error
     return written, n - written
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from featureflow.errors import FeatureflowError, SchemaMismatchError
+from featureflow.secrets import install_log_redaction
 from featureflow.spark.watermarks import DEFAULT_FUTURE_SKEW_NS, DEFAULT_IDLE_TIMEOUT_NS
 
 if TYPE_CHECKING:
@@ -81,7 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-        help="extra Kafka client setting (SASL/SSL, ...); repeatable",
+        help="extra Kafka client setting (SASL/SSL, ...); repeatable; wins over the file and "
+        "FEATUREFLOW_KAFKA_* variables (README: Secrets)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kafka-options-file", metavar="PATH",
+        help="Kafka client settings as a Java .properties file (kafka. prefix optional), "
+        "e.g. security.protocol, sasl.jaas.config, ssl.truststore.*",
     )  # fmt: skip
     _add_guard_options(parser)
     return parser
@@ -122,15 +129,12 @@ def _duration(option: str) -> Callable[[str], int]:
     return parse
 
 
-def _kafka_options(pairs: list[str]) -> dict[str, str]:
-    options = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            msg = f"--kafka-option expects KEY=VALUE, got {pair!r}"
-            raise FeatureflowError(msg)
-        options[key] = value
-    return options
+def _kafka_options(pairs: list[str], file: str | None = None) -> dict[str, str]:
+    """Spark's ``kafka.*`` options: the file, then ``FEATUREFLOW_KAFKA_*``, then the pairs
+    (:mod:`featureflow.infra.kafka_settings`); their secrets are registered for redaction."""
+    from featureflow.infra import kafka_settings
+
+    return kafka_settings.spark_options(kafka_settings.load(file=file, pairs=pairs))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -153,6 +157,7 @@ def run_command(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     quiet_third_party_logs()
+    install_log_redaction()
     args = parser.parse_args(argv)
     try:
         return run(args)
@@ -216,7 +221,7 @@ def _run(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         dead_letter_topic=args.dead_letter_topic,
         offline_path=args.offline_path,
-        kafka_options=_kafka_options(args.kafka_option),
+        kafka_options=_kafka_options(args.kafka_option, args.kafka_options_file),
         idle_partition_timeout_ns=args.idle_partition_timeout,
         max_future_skew_ns=args.max_future_skew,
     )
