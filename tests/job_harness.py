@@ -52,13 +52,19 @@ def run(command: list[str], timeout: int = 900) -> subprocess.CompletedProcess[s
     )
 
 
-def consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, dict[str, str]]]:
-    """Up to ``count`` records of ``topic`` from the start (value, headers), ~60 s at most."""
+def consume(
+    bootstrap: str, topic: str, count: int, settings: dict[str, str] | None = None
+) -> list[tuple[bytes, dict[str, str]]]:
+    """Up to ``count`` records of ``topic`` from the start (value, headers), ~60 s at most;
+    ``settings``: Kafka client settings of a secured broker."""
     from confluent_kafka import Consumer
 
+    from featureflow.infra.kafka_settings import librdkafka_config
+
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest"}
-    )
+        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
+         **librdkafka_config(settings or {})}
+    )  # fmt: skip
     consumer.subscribe([topic])
     received: list[tuple[bytes, dict[str, str]]] = []
     try:
