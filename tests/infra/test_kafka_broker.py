@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from featureflow.errors import KafkaBrokerError
 from featureflow.infra import kafka_broker, kafka_client
 
 pytestmark = pytest.mark.integration
@@ -17,6 +18,35 @@ def test_server_properties_describe_one_kraft_node_on_loopback() -> None:
     assert "process.roles=broker,controller" in text
     assert "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093" in text
     assert f"log.dirs={config.data_dir}" in text
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_secured_broker_listens_sasl_ssl_and_keeps_passwords_out_of_its_repr(
+    mechanism: str,
+) -> None:
+    from featureflow.infra.tls import LocalCertificate
+
+    cert = LocalCertificate(Path("/certs"), "store-pw")
+    security = kafka_broker.BrokerSecurity(
+        cert, (("alice", "alice-pw"),), broker_password="broker-pw", mechanism=mechanism
+    )
+    config = kafka_broker.BrokerConfig(port=19192, security=security)
+    text = kafka_broker.server_properties(config)
+    assert "listeners=SASL_SSL://127.0.0.1:19192,CONTROLLER://127.0.0.1:19193" in text
+    assert "listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL" in text
+    assert f"sasl.enabled.mechanisms={mechanism}" in text
+    assert "ssl.keystore.location=/certs/server.p12" in text
+    assert ('user_alice="alice-pw"' in text) is (mechanism == "PLAIN")
+    scram = security.scram_arguments()
+    assert bool(scram) is mechanism.startswith("SCRAM")
+    settings = security.client_settings()
+    assert settings["security.protocol"] == "SASL_SSL"
+    assert settings["sasl.mechanism"] == mechanism
+    assert 'username="alice" password="alice-pw"' in settings["sasl.jaas.config"]
+    for secret in ("alice-pw", "broker-pw", "store-pw"):
+        assert secret not in repr(config)
+    with pytest.raises(KafkaBrokerError, match="SASL mechanism"):
+        kafka_broker.BrokerSecurity(cert, (), broker_password="x", mechanism="GSSAPI")
 
 
 def test_start_is_idempotent(kafka_bootstrap: str) -> None:

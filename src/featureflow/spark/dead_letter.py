@@ -15,6 +15,9 @@ header                     value (UTF-8)
 
 Written from the micro-batch with Spark's Kafka sink, so delivery is
 at-least-once: a micro-batch replayed after a crash writes its dead letters again.
+The sink gets the job's Kafka settings (SASL, TLS: :mod:`featureflow.infra.kafka_settings`).
+Header values are a fixed vocabulary of reasons and fields and Kafka coordinates,
+never a setting, so they hold no secret (``tests/integration/test_secured_services.py``).
 """
 
 from __future__ import annotations
