@@ -120,9 +120,14 @@ def private_repo(root: Path, name: str, topic: str, redis: str | None = None) ->
     return repo
 
 
-def job_command(repo: Path, bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
+def job_command(
+    repo: Path, bootstrap: str, checkpoint: Path, *extra: str, spark_conf: tuple[str, ...] = ()
+) -> list[str]:
+    """``spark-submit`` of the job; ``spark_conf``: ``key=value`` Spark settings (``--conf``)."""
+    confs = [arg for setting in spark_conf for arg in ("--conf", setting)]
     return [
-        str(BIN / "spark-submit"), "--master", "local[2]", str(ROOT / "jobs" / "realtime.py"),
+        str(BIN / "spark-submit"), "--master", "local[2]", *confs,
+        str(ROOT / "jobs" / "realtime.py"),
         "--repo", str(repo), "--schemas", str(ROOT / "schemas"), "--bootstrap", bootstrap,
         "--checkpoint", str(checkpoint), *extra,
     ]  # fmt: skip
@@ -148,15 +153,17 @@ def job_run(system: str, topic_events: int, batches: list[dict[str, Any]]) -> St
     end = max(b["end_s"] for b in busy)
     keep = ("view", "batch_id", "records", "events", "state_rows", "state_bytes",
             "entities_written", "duration_s", "freshness_p50_s", "freshness_p99_s",
-            "phases_s")  # fmt: skip
+            "phases_s", "end_s")  # fmt: skip
     return StreamRun(system, topic_events, end - start, [{k: b.get(k) for k in keep} for b in busy])
 
 
 def run_job(repo: Path, bootstrap: str, checkpoint: Path, events: int, system: str,
-            max_offsets: int, *extra: str) -> StreamRun:  # fmt: skip
+            max_offsets: int, *extra: str,
+            spark_conf: tuple[str, ...] = ()) -> StreamRun:  # fmt: skip
     """The job with ``--available-now`` to the end of the topic."""
     command = job_command(repo, bootstrap, checkpoint, "--available-now",
-                          "--max-offsets-per-trigger", str(max_offsets), *extra)  # fmt: skip
+                          "--max-offsets-per-trigger", str(max_offsets), *extra,
+                          spark_conf=spark_conf)  # fmt: skip
     log_path = checkpoint.parent / f"{checkpoint.name}.log"
     with log_path.open("w") as log_file:
         job = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=_env())
@@ -445,6 +452,44 @@ def table(
     return "\n".join(lines)
 
 
+FIXED_COST_SETTINGS: dict[str, tuple[str, ...]] = {
+    "defaults": (),
+    "spark.locality.wait=0": ("spark.locality.wait=0",),
+    "2 shuffle partitions": ("spark.sql.shuffle.partitions=2",),
+    "no Spark UI": ("spark.ui.enabled=false",),
+}
+"""Spark settings whose effect on a micro-batch's fixed cost ``--fixed-cost`` measures."""
+
+
+def fixed_cost(args: argparse.Namespace, root: Path) -> str:
+    """A micro-batch's fixed cost: many tiny batches (``--fixed-cost-batch`` records) of both
+    views, per Spark setting in :data:`FIXED_COST_SETTINGS`. Median seconds per batch: the
+    ``foreachBatch`` work (metrics ``duration_s``) and batch end to batch end (also Spark's
+    offset fetch, planning and commit)."""
+    per_batch = args.fixed_cost_batch
+    events = per_batch * 40
+    topic = f"bench-stream-fixed-{uuid.uuid4().hex[:8]}"
+    produce_events(args.bootstrap, topic, events, users=max(100, events // 10), seed=3)
+    lines = ["| settings | batches | foreachBatch s (median) | batch to batch s (median) |",
+             "|---|---:|---:|---:|"]  # fmt: skip
+    for name, settings in FIXED_COST_SETTINGS.items():
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        repo = private_repo(root, f"repo-fixed-{slug}", topic)
+        run = run_job(repo, args.bootstrap, root / f"ckpt-fixed-{slug}", events, name, per_batch,
+                      spark_conf=settings)  # fmt: skip
+        first_view = run.batches[0]["view"]
+        batches = [b for b in run.batches if b["view"] == first_view][2:]  # past the warm-up
+        ends = sorted(b["end_s"] for b in batches if "end_s" in b)
+        durations = [sum(x["duration_s"] for x in run.batches if x["batch_id"] == b["batch_id"])
+                     for b in batches]  # fmt: skip
+        gaps = [b - a for a, b in itertools.pairwise(ends)]
+        lines.append(f"| {name} | {len(batches)} | {np.median(durations):.3f} "
+                     f"| {np.median(gaps) if gaps else float('nan'):.3f} |")  # fmt: skip
+        print(lines[-1], flush=True)
+    kafka_broker.delete_topic(args.bootstrap, topic)
+    return "\n".join(lines)
+
+
 def memory_table(runs: list[StreamRun]) -> str:
     """The featureflow runs' state after their last batch and their Python workers' RSS."""
     lines = ["| system | state events | state MiB | bytes / event | workers' peak MiB "
@@ -648,7 +693,24 @@ def main() -> int:
         "--phases", action="store_true",
         help="only time the executor phases of one shuffle partition (no Kafka, no Spark)",
     )  # fmt: skip
+    parser.add_argument(
+        "--fixed-cost", action="store_true",
+        help="only measure a micro-batch's fixed cost under a few Spark settings",
+    )  # fmt: skip
+    parser.add_argument("--fixed-cost-batch", type=int, default=200)
     args = parser.parse_args()
+    if args.fixed_cost:
+        load_before = os.getloadavg()[0]
+        args.bootstrap = args.bootstrap or kafka_broker.start()
+        with tempfile.TemporaryDirectory(prefix="bench-stream-fixed-") as tmp:
+            result = fixed_cost(args, Path(tmp))
+        print(result)
+        save("fixed_cost", {
+            "scale": {"records_per_batch": args.fixed_cost_batch, "batches": 40},
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "table": result,
+        })  # fmt: skip
+        return 0
     if args.phases:
         load_before = os.getloadavg()[0]
         with tempfile.TemporaryDirectory(prefix="bench-stream-phases-") as tmp:
