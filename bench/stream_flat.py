@@ -215,7 +215,7 @@ def main() -> int:
     parser.add_argument("--label", default="", help="what the run measures (kept in the notes)")
     args = parser.parse_args()
     if not args.online:  # the online write depends on the touched entities, not on the state
-        online_sink.write_online = lambda store, spec, rows: None
+        online_sink.write_online = lambda store, rows: None
         online_sink.cached_store = lambda repo_path: None  # type: ignore[assignment,return-value]
     load = [round(x, 2) for x in os.getloadavg()]
     views = []

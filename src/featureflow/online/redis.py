@@ -44,12 +44,13 @@ import itertools
 import socket
 import threading
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import hiredis
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from feast.infra.online_stores.helpers import _mmh3
 from feast.infra.online_stores.redis import RedisOnlineStore, RedisOnlineStoreConfig
 from redis.exceptions import RedisError, ResponseError
@@ -79,9 +80,10 @@ RETRIES = 20
 """Times a chunk is re-read and re-decided when concurrent writers touched its keys."""
 
 LUA_READ_TIMESTAMPS = r"""
--- KEYS: entity hash keys; ARGV[1]: the _ts field. Returns each key's _ts (or false).
+-- KEYS: entity hash keys; ARGV: the _ts fields of the views written. Returns per key
+-- the list of its _ts values (false where a field is missing).
 local out = {}
-for i = 1, #KEYS do out[i] = redis.call('HGET', KEYS[i], ARGV[1]) end
+for i = 1, #KEYS do out[i] = redis.call('HMGET', KEYS[i], unpack(ARGV)) end
 return out
 """
 
@@ -160,22 +162,30 @@ def write(
     when feature view versioning is on). Raises ``OnlineStoreError`` when Redis
     fails; chunks applied before the failure stay, each entity whole.
     """
-    n = batch.n
-    if n == 0:
-        return 0, 0
-    names = list(batch.features)
-    ts_field = f"_ts:{fv_name}".encode()
-    fields = [_mmh3(f"{fv_name}:{name}") for name in names]
-    ttl = int(config.key_ttl_seconds or 0)
+    return write_views(config, project, [(fv_name, batch)])[0]
 
-    # Entities are independent, so they may go in any order: grouping them by the
-    # length of their Timestamp bytes makes every part fixed-width within a group,
-    # and fixed-width parts are concatenated without any per-byte masking.
-    ts_len = E.timestamp_protos(batch.event_micros).lengths()
-    batch = reorder(batch, np.argsort(ts_len, kind="stable"))
-    keys, commands = _commands(batch, project.encode("utf8"), ts_field, fields, ttl)
-    new_seconds = batch.event_micros // 1_000_000
-    new_nanos = (batch.event_micros % 1_000_000) * 1_000
+
+def write_views(
+    config: RedisOnlineStoreConfig,
+    project: str,
+    views: Sequence[tuple[str, Batch]],
+) -> list[tuple[int, int]]:
+    """Write several views' batches with one ``HSET`` per entity for all of them (Feast
+    keeps one hash per entity key and project, shared by every view); returns per view
+    (entities written, skipped).
+
+    Ordering is per view: an entity's fields of view ``v`` are replaced when its new
+    event time for ``v`` is not older than the stored ``_ts:v``; the ``HSET`` of an
+    entity carries exactly the views that pass. Chunks are applied whole (MULTI/EXEC
+    under WATCH), so every entity is all old or all new for every view.
+    """
+    given = list(views)
+    views = [(name, batch) for name, batch in given if batch.n]
+    if not views:
+        return [(0, 0)] * len(given)
+    ttl = int(config.key_ttl_seconds or 0)
+    plan = _Plan.build(views, project.encode("utf8"), ttl)
+    n = plan.n
 
     client = _client(config)
     try:
@@ -184,11 +194,9 @@ def write(
         msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
         raise OnlineStoreError(msg) from exc
     pool = client.connection_pool
-    bounds = [(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)]
-    chunks = [(keys.rows(lo, hi), commands.rows(lo, hi), new_seconds[lo:hi], new_nanos[lo:hi])
-              for lo, hi in bounds]
+    chunks = [np.arange(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)]
     conns = [pool.get_connection() for _ in range(min(LANES, len(chunks)))]
-    writers = [_ChunkWriter(_Replies(conn._sock), sha, ts_field, 2 if ttl else 1)
+    writers = [_ChunkWriter(_Replies(conn._sock), sha, plan, 2 if ttl else 1)
                for conn in conns]
     try:
         written, first_error = _drive([
@@ -196,7 +204,7 @@ def write(
     except (RedisError, OSError) as exc:
         for conn in conns:
             conn.disconnect()
-        done = sum(writer.written for writer in writers)
+        done = int(sum(writer.written.sum() for writer in writers))
         msg = (f"Redis write to {redis_address(config.connection_string)} failed after {done} "
                "entities; every entity is either fully old or fully new. Retry the batch: "
                f"{exc}")
@@ -206,37 +214,186 @@ def write(
             pool.release(conn)
     if first_error is not None:
         msg = (f"Redis rejected part of the write to {redis_address(config.connection_string)} "
-               f"({written} entities written, each fully; the chunks with errors not): "
-               f"{first_error}")
+               f"({int(written.sum())} entities written, each fully; the chunks with errors "
+               f"not): {first_error}")
         raise OnlineStoreError(msg) from first_error
-    return written, n - written
+    counts = iter(zip(written.tolist(), views, strict=True))
+    return [next((int(w), batch.n - int(w)) for w, (_, batch) in counts) if given_batch.n
+            else (0, 0) for _, given_batch in given]
 
 
-def _commands(batch: Batch, project: bytes, ts_field: bytes, fields: list[bytes],
-              ttl: int) -> tuple[B.Packed, B.Packed]:
-    """Per entity: its key as a RESP bulk string, and its ``HSET`` (+ ``EXPIRE``) commands."""
-    n = batch.n
-    names = list(batch.features)
+def _by_timestamp_length(batch: Batch) -> Batch:
+    """``batch`` with its entities grouped by the length of their Timestamp bytes.
+
+    Entities are independent, so they may go in any order: grouping them makes every
+    part fixed-width within a group, and fixed-width parts are concatenated without
+    any per-byte masking."""
+    ts_len = E.timestamp_protos(batch.event_micros).lengths()
+    return reorder(batch, np.argsort(ts_len, kind="stable"))
+
+
+def _groups(batch: Batch) -> list[tuple[int, int]]:
     groups = np.flatnonzero(np.diff(E.timestamp_protos(batch.event_micros).lengths())) + 1
-    bounds = [0, *groups.tolist(), n]
-    key_data: list[B.Packed] = []
-    cmd_data: list[B.Packed] = []
-    head = b"*%d\r\n%s" % (2 + 2 * (len(names) + 1), _resp_args([b"HSET"]))
-    for lo, hi in itertools.pairwise(bounds):
-        group = batch.rows(lo, hi)
-        size = hi - lo
-        key = _bulk([group.keys, B.const(project, size)])
-        parts: list[B.Cells | B.Packed] = [B.const(head, size), *key,
-                                           B.const(_resp_args([ts_field]), size),
-                                           *_bulk([E.timestamp_protos(group.event_micros)])]
-        for name, field in zip(names, fields, strict=True):
-            parts += [B.const(_resp_args([field]), size), *_bulk(group.encoded_parts(name))]
-        if ttl:
-            parts += [B.const(b"*3\r\n" + _resp_args([b"EXPIRE"]), size), *key,
-                      B.const(_resp_args([str(ttl).encode()]), size)]
-        key_data.append(B.concat(key))
-        cmd_data.append(B.concat(parts))
-    return _join(key_data), _join(cmd_data)
+    return list(itertools.pairwise([0, *groups.tolist(), batch.n]))
+
+
+def _fields_part(group: Batch, ts_field: bytes, fields: list[bytes]) -> list[B.Cells | B.Packed]:
+    """RESP arguments ``_ts:<view> <ts> <field> <value> ...`` of each entity of ``group``."""
+    size = group.n
+    parts: list[B.Cells | B.Packed] = [B.const(_resp_args([ts_field]), size),
+                                       *_bulk([E.timestamp_protos(group.event_micros)])]
+    for name, hash_field in zip(group.features, fields, strict=True):
+        parts += [B.const(_resp_args([hash_field]), size), *_bulk(group.encoded_parts(name))]
+    return parts
+
+
+def _take(packed: B.Packed, index: npt.NDArray[np.int64], present: npt.NDArray[np.bool_]
+          ) -> B.Packed:
+    """Row ``i`` is ``packed[index[i]]`` where ``present[i]``, else empty."""
+    lengths = np.where(present, packed.lengths()[index], 0)
+    starts = packed.offsets[index]
+    offsets = np.zeros(len(index) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
+    return B.Packed(packed.data[gather], offsets)
+
+
+_BLOCK = 4096
+"""Entities whose commands are built at once when several views share the hashes."""
+
+
+@dataclass
+class _Plan:
+    """The entities of one write (the union of the views' entities) and their commands.
+
+    ``commands[u]`` is entity ``u``'s ``HSET`` with the fields of every view that has a
+    row for it (+ ``EXPIRE``); when the stored timestamps make only some of those views
+    newer, :meth:`partial` builds the command with just those.
+    """
+
+    keys: B.Packed
+    """Per entity: its hash key as a RESP bulk string."""
+    commands: B.Packed
+    ts_fields: list[bytes]
+    pairs: list[int]
+    """Per view: its field/value pairs in an ``HSET`` (features and ``_ts``)."""
+    segments: list[B.Packed]
+    """Per view: the RESP arguments of its fields, per row of its (reordered) batch."""
+    rows: npt.NDArray[np.int64]
+    """(entities, views): the row of each view's batch for the entity (-1: none)."""
+    seconds: npt.NDArray[np.int64]
+    nanos: npt.NDArray[np.int64]
+    """(entities, views): the new event times (whole seconds, nanos) per view."""
+    ttl: int
+
+    @property
+    def n(self) -> int:
+        return self.keys.n
+
+    @property
+    def present(self) -> npt.NDArray[np.bool_]:
+        return self.rows >= 0
+
+    @classmethod
+    def build(cls, views: list[tuple[str, Batch]], project: bytes, ttl: int) -> _Plan:
+        batches = [_by_timestamp_length(batch) for _, batch in views]
+        ts_fields = [f"_ts:{name}".encode() for name, _ in views]
+        fields = [[_mmh3(f"{name}:{feature}") for feature in batch.features]
+                  for (name, _), batch in zip(views, batches, strict=True)]
+        if len(views) == 1:
+            return cls._one_view(batches[0], ts_fields[0], fields[0], project, ttl)
+        segments = [
+            _join([B.concat(_fields_part(batch.rows(lo, hi), ts_field, f))
+                   for lo, hi in _groups(batch)])
+            for batch, ts_field, f in zip(batches, ts_fields, fields, strict=True)
+        ]
+        # The union of the entities, in order of first appearance (view 0's first).
+        all_keys = pa.chunked_array(
+            [_as_binary(batch.keys) for batch in batches], pa.large_binary()
+        ).combine_chunks()
+        encoded = pc.dictionary_encode(all_keys)
+        codes = encoded.indices.to_numpy()
+        union = _packed_of(encoded.dictionary)
+        n = union.n
+        rows = np.full((n, len(views)), -1, dtype=np.int64)
+        seconds = np.zeros((n, len(views)), dtype=np.int64)
+        nanos = np.zeros((n, len(views)), dtype=np.int64)
+        at = 0
+        for v, batch in enumerate(batches):
+            mine = codes[at : at + batch.n]
+            at += batch.n
+            rows[mine, v] = np.arange(batch.n)
+            seconds[mine, v] = batch.event_micros // 1_000_000
+            nanos[mine, v] = (batch.event_micros % 1_000_000) * 1_000
+        keys = B.concat(_bulk([union, B.const(project, n)]))
+        pairs = [1 + len(f) for f in fields]
+        plan = cls(keys, keys, ts_fields, pairs, segments, rows, seconds, nanos, ttl)
+        plan.commands = _join([plan._commands(np.arange(lo, min(lo + _BLOCK, n)), plan.present)
+                               for lo in range(0, n, _BLOCK)])
+        return plan
+
+    @classmethod
+    def _one_view(cls, batch: Batch, ts_field: bytes, fields: list[bytes], project: bytes,
+                  ttl: int) -> _Plan:
+        """One view: every entity's command is built in one fixed-width pass per group."""
+        head = b"*%d\r\n%s" % (2 + 2 * (len(fields) + 1), _resp_args([b"HSET"]))
+        key_data: list[B.Packed] = []
+        cmd_data: list[B.Packed] = []
+        for lo, hi in _groups(batch):
+            group = batch.rows(lo, hi)
+            size = hi - lo
+            key = _bulk([group.keys, B.const(project, size)])
+            parts: list[B.Cells | B.Packed] = [B.const(head, size), *key,
+                                               *_fields_part(group, ts_field, fields)]
+            if ttl:
+                parts += _expire(key, ttl, size)
+            key_data.append(B.concat(key))
+            cmd_data.append(B.concat(parts))
+        n = batch.n
+        micros = batch.event_micros
+        segments: list[B.Packed] = []  # only needed by partial(), never with one view
+        return cls(_join(key_data), _join(cmd_data), [ts_field], [1 + len(fields)], segments,
+                   np.arange(n, dtype=np.int64)[:, None], (micros // 1_000_000)[:, None],
+                   ((micros % 1_000_000) * 1_000)[:, None], ttl)
+
+    def _commands(self, entities: npt.NDArray[np.int64], views: npt.NDArray[np.bool_]
+                  ) -> B.Packed:
+        """The ``HSET`` (+ ``EXPIRE``) of ``entities`` with the views ``views`` marks
+        (one row of ``views`` per entity)."""
+        size = len(entities)
+        present = views & (self.rows[entities] >= 0)
+        argc = 2 + present.astype(np.int64) @ (2 * np.asarray(self.pairs, dtype=np.int64))
+        key = _take(self.keys, entities, np.ones(size, dtype=bool))
+        parts: list[B.Cells | B.Packed] = [B.const(b"*", size), B.ascii_decimal(argc),
+                                           B.const(b"\r\n" + _resp_args([b"HSET"]), size), key]
+        for v, segment in enumerate(self.segments):
+            parts.append(_take(segment, np.maximum(self.rows[entities, v], 0), present[:, v]))
+        if self.ttl:
+            parts += _expire([key], self.ttl, size)
+        return B.concat(parts)
+
+    def partial(self, entities: npt.NDArray[np.int64], views: npt.NDArray[np.bool_]) -> bytes:
+        """The commands of ``entities`` (each with at least one view marked in ``views``)."""
+        return _span(self._commands(entities, views)).tobytes()
+
+
+def _expire(key: list[B.Cells | B.Packed], ttl: int, size: int) -> list[B.Cells | B.Packed]:
+    return [B.const(b"*3\r\n" + _resp_args([b"EXPIRE"]), size), *key,
+            B.const(_resp_args([str(ttl).encode()]), size)]
+
+
+def _as_binary(packed: B.Packed) -> pa.Array:
+    """``packed`` as an Arrow ``large_binary`` array (no copy of the bytes)."""
+    start = int(packed.offsets[0])
+    offsets = packed.offsets - start
+    data = packed.data[start : int(packed.offsets[-1])]
+    return pa.Array.from_buffers(pa.large_binary(), packed.n,
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _packed_of(array: pa.Array) -> B.Packed:
+    """An Arrow binary array as ``Packed``."""
+    return B.from_arrow(array)
 
 
 def _join(pieces: list[B.Packed]) -> B.Packed:
@@ -294,8 +451,8 @@ _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
 _UNWATCH = b"*1\r\n$7\r\nUNWATCH\r\n"
 
-_Chunk = tuple[B.Packed, B.Packed, npt.NDArray[np.int64], npt.NDArray[np.int64]]
-"""(RESP keys, RESP commands, new event seconds, new event nanos) of one chunk."""
+_Chunk = npt.NDArray[np.int64]
+"""The entities (rows of the write's :class:`_Plan`) of one chunk, consecutive."""
 
 
 @dataclass
@@ -310,37 +467,54 @@ class _ChunkWriter:
 
     replies: _Replies
     sha: bytes
-    ts_field: bytes
+    plan: _Plan
     per_entity: int
-    written: int = 0
+    written: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    """Per view: entities whose fields of the view were written."""
+
+    def __post_init__(self) -> None:
+        self.written = np.zeros(len(self.plan.ts_fields), dtype=np.int64)
 
     def _watch_read(self, chunk: _Chunk) -> list[bytes | memoryview]:
-        keys = chunk[0]
+        keys = self.plan.keys.rows(int(chunk[0]), int(chunk[-1]) + 1)
         count = keys.n
+        fields = self.plan.ts_fields
         return [b"*%d\r\n%s" % (1 + count, _resp_args([b"WATCH"])), _span(keys),
-                b"*%d\r\n%s" % (4 + count, _resp_args([b"EVALSHA", self.sha, b"%d" % count])),
-                _span(keys), _resp_args([self.ts_field])]
+                b"*%d\r\n%s" % (3 + count + len(fields),
+                                _resp_args([b"EVALSHA", self.sha, b"%d" % count])),
+                _span(keys), _resp_args(fields)]
 
-    def _read_stored(self) -> list[bytes | None] | ResponseError:
+    def _read_stored(self) -> list[list[bytes | None]] | ResponseError:
         self.replies.next()  # WATCH: OK
         stored = self.replies.next()
         return stored if isinstance(stored, ResponseError) else list(stored)  # type: ignore[call-overload]
 
-    def run(self, chunks: list[_Chunk]) -> Generator[None, None, tuple[int, Exception | None]]:
-        """Write every chunk; returns (entities written, first error).
+    def _body(self, chunk: _Chunk, newer: npt.NDArray[np.bool_]) -> bytes | memoryview:
+        """The commands of the entities with a newer row for at least one view."""
+        plan = self.plan
+        present = plan.present[chunk]
+        keep: npt.NDArray[np.bool_] = np.asarray(newer.any(axis=1))
+        if not np.array_equal(newer[keep], present[keep]):  # some views stale, others not
+            return plan.partial(chunk[keep], newer[keep])
+        commands = plan.commands.rows(int(chunk[0]), int(chunk[-1]) + 1)
+        return _span(commands) if keep.all() else B.select_rows(commands, keep)
+
+    def run(self, chunks: list[_Chunk]
+            ) -> Generator[None, None, tuple[npt.NDArray[np.int64], Exception | None]]:
+        """Write every chunk; returns (entities written per view, first error).
 
         A generator that yields after each packet it sends, before reading the
         replies, so ``_drive`` can keep several connections busy at once.
         """
         first_error: Exception | None = None
         if not chunks:
-            return 0, None
+            return self.written, None
         self.replies.send(self._watch_read(chunks[0]))
         yield
         stored = self._read_stored()
         i, tries = 0, 0
         while i < len(chunks):
-            keys, commands, new_seconds, new_nanos = chunks[i]
+            chunk = chunks[i]
             ahead = self._watch_read(chunks[i + 1]) if i + 1 < len(chunks) else []
             if isinstance(stored, ResponseError):  # e.g. WRONGTYPE: a key is not a hash
                 first_error = first_error or stored
@@ -350,15 +524,15 @@ class _ChunkWriter:
                 i, tries = i + 1, 0
                 stored = self._read_stored() if ahead else stored
                 continue
-            newer = _newer(stored, new_seconds, new_nanos)
-            kept = int(newer.sum())
+            newer = _newer(stored, self.plan, chunk)
+            keep = newer.any(axis=1)
+            kept = int(keep.sum())
             if kept == 0:
                 self.replies.send([_UNWATCH, *ahead])
                 yield
                 self.replies.next()
             else:
-                body = _span(commands) if kept == keys.n else B.select_rows(commands, newer)
-                self.replies.send([_MULTI, body, _EXEC, *ahead])
+                self.replies.send([_MULTI, self._body(chunk, newer), _EXEC, *ahead])
                 yield
                 queued_error = self.replies.skip(1 + kept * self.per_entity)
                 result = self.replies.next()
@@ -371,7 +545,7 @@ class _ChunkWriter:
                         self.replies.next()
                     if tries >= RETRIES:
                         first_error = first_error or OnlineStoreError(
-                            f"concurrent writers kept changing the same {keys.n} keys; "
+                            f"concurrent writers kept changing the same {len(chunk)} keys; "
                             f"gave up after {RETRIES} tries")
                         i, tries = i + 1, 0
                         if i < len(chunks):
@@ -379,7 +553,7 @@ class _ChunkWriter:
                             yield
                             stored = self._read_stored()
                         continue
-                    self.replies.send(self._watch_read(chunks[i]))
+                    self.replies.send(self._watch_read(chunk))
                     yield
                     stored = self._read_stored()
                     continue
@@ -389,8 +563,9 @@ class _ChunkWriter:
                 else:
                     replies = list(result)  # type: ignore[call-overload]
                     failed = [r for r in replies if isinstance(r, ResponseError)]
-                    self.written += sum(not isinstance(r, ResponseError)
-                                        for r in replies[:: self.per_entity])
+                    ok = np.array([not isinstance(r, ResponseError)
+                                   for r in replies[:: self.per_entity]], dtype=bool)
+                    self.written += newer[keep][ok].sum(axis=0)
                     first_error = first_error or (failed[0] if failed else None)
             i, tries = i + 1, 0
             if ahead:
@@ -398,11 +573,12 @@ class _ChunkWriter:
         return self.written, first_error
 
 
-def _drive(lanes: list[Generator[None, None, tuple[int, Exception | None]]]
-           ) -> tuple[int, Exception | None]:
+def _drive(lanes: list[Generator[None, None, tuple[npt.NDArray[np.int64], Exception | None]]]
+           ) -> tuple[npt.NDArray[np.int64], Exception | None]:
     """Run the lanes round-robin: every lane sends its packet before any waits for
     its replies, so the server works on one lane while the client reads another."""
-    written, first_error = 0, None
+    written: npt.NDArray[np.int64] | int = 0
+    first_error = None
     active = list(lanes)
     while active:
         still = []
@@ -411,17 +587,22 @@ def _drive(lanes: list[Generator[None, None, tuple[int, Exception | None]]]
                 next(lane)
                 still.append(lane)
             except StopIteration as done:
-                written += done.value[0]
+                written = written + done.value[0]
                 first_error = first_error or done.value[1]
         active = still
-    return written, first_error
+    return np.asarray(written, dtype=np.int64), first_error
 
 
-def _newer(stored: list[bytes | None], new_seconds: npt.NDArray[np.int64],
-           new_nanos: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-    """Which entities have no stored ``_ts`` or one not newer than the new (equal replaces)."""
-    old = [b"" if v is None else v for v in stored]
-    old_seconds, old_nanos = decode_timestamps(B.from_arrow(pa.array(old, pa.binary())))
-    exists = np.array([v is not None for v in stored], dtype=bool)
-    return ~exists | (new_seconds > old_seconds) | (
-        (new_seconds == old_seconds) & (new_nanos >= old_nanos))
+def _newer(stored: list[list[bytes | None]], plan: _Plan, chunk: _Chunk
+           ) -> npt.NDArray[np.bool_]:
+    """(entities of ``chunk``, views): the entity has a row for the view and no stored
+    ``_ts`` of the view or one not newer than the row's (equal replaces)."""
+    views = len(plan.ts_fields)
+    flat = [b"" if v is None else v for per_key in stored for v in per_key]
+    exists = np.array([v is not None for per_key in stored for v in per_key], dtype=bool)
+    old_seconds, old_nanos = decode_timestamps(B.from_arrow(pa.array(flat, pa.binary())))
+    shape = (len(chunk), views)
+    old_seconds, old_nanos, exists = (a.reshape(shape) for a in (old_seconds, old_nanos, exists))
+    new_seconds, new_nanos = plan.seconds[chunk], plan.nanos[chunk]
+    return plan.present[chunk] & (~exists | (new_seconds > old_seconds) | (
+        (new_seconds == old_seconds) & (new_nanos >= old_nanos)))

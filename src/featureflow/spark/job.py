@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Kafka client settings as a Java .properties file (kafka. prefix optional), "
         "e.g. security.protocol, sasl.jaas.config, ssl.truststore.*",
     )  # fmt: skip
+    parser.add_argument(
+        "--state-warn-bytes", type=_byte_size, metavar="BYTES",
+        help="log a warning after a micro-batch when a view's window state holds more "
+        "than this (Arrow bytes; suffix K, M or G for KiB, MiB, GiB; default: no warning)",
+    )  # fmt: skip
     _add_guard_options(parser)
     return parser
 
@@ -114,6 +119,17 @@ def _add_guard_options(parser: argparse.ArgumentParser) -> None:
         help="mode of the files the job writes; directories get the matching x bits "
         "(default $FEATUREFLOW_FILE_MODE, else 0600)",
     )  # fmt: skip
+
+
+def _byte_size(text: str) -> int:
+    """An argparse type: a size such as '512M' or '2G' (binary units) as int bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    scale = units.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale > 1 else text
+    if not digits.isdigit():
+        msg = f"expected a size in bytes such as 1073741824, 512M or 2G, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(digits) * scale
 
 
 def _duration(option: str) -> Callable[[str], int]:
@@ -224,6 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         kafka_options=_kafka_options(args.kafka_option, args.kafka_options_file),
         idle_partition_timeout_ns=args.idle_partition_timeout,
         max_future_skew_ns=args.max_future_skew,
+        state_warn_bytes=args.state_warn_bytes,
     )
     exporter = None
     if args.metrics_port:

@@ -53,7 +53,11 @@ class BatchReport:
     events: int  # events accepted and computed
     dead_letters: dict[str, int] = field(default_factory=dict)  # by reason
     entities_written: int = 0
-    state_rows: int = 0  # events (and tiles) kept as window state by the partitions it touched
+    state_rows: int = 0
+    """Events (and tiles) the view keeps as window state, summed over its shuffle
+    partitions, each as of its last change in this run of the job."""
+    state_bytes: int = 0
+    """Arrow bytes of that state (what the Python workers hold resident), like ``state_rows``."""
     duration_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
@@ -169,8 +173,13 @@ class PrometheusExporter:
         )  # fmt: skip
         self.state = gauge(
             "featureflow_state_rows",
-            "events and tiles kept as window state by the partitions the last micro-batch "
-            "touched (rows)", ["view"],
+            "events and tiles the view keeps as window state, each shuffle partition as of "
+            "its last change in this run (rows)", ["view"],
+        )  # fmt: skip
+        self.state_bytes = gauge(
+            "featureflow_state_bytes",
+            "Arrow bytes of the view's window state, each shuffle partition as of its last "
+            "change in this run (bytes)", ["view"],
         )  # fmt: skip
         self.freshness = gauge(
             "featureflow_freshness_seconds",
@@ -220,6 +229,7 @@ class PrometheusExporter:
         self.duration.labels(view).set(report.duration_s)
         self.rate.labels(view).set(report.events_per_s)
         self.state.labels(view).set(report.state_rows)
+        self.state_bytes.labels(view).set(report.state_bytes)
         for quantile, value in (("0.5", report.freshness_p50_s), ("0.99", report.freshness_p99_s)):
             if value is not None:
                 self.freshness.labels(view, quantile).set(value)

@@ -1,8 +1,10 @@
 """The offline store of the stream job: every accepted event's features (training history).
 
-One Parquet file per micro-batch and shuffle partition::
+One Parquet file per micro-batch and shuffle partition (and one more for the
+sessions the watermark after the batch closes)::
 
     <root>/<view>/batch=<id>/part-<p>.parquet
+    <root>/<view>/batch=<id>/part-<p>-closed.parquet
 
 Columns: the join key, the view's timestamp field (timestamp[us, UTC]) and
 the features, i.e. exactly the online rows' schema, one row per event. A
@@ -40,12 +42,14 @@ class OfflineFeatureLog:
         _, base = filesystem_of(self.root)
         return f"{base}/{self.view}/batch={batch:09d}"
 
-    def write(self, batch: int, partition: int, history: pa.Table) -> None:
-        """Write (or, on a replay, rewrite) one partition's history of ``batch`` atomically."""
+    def write(self, batch: int, partition: int, history: pa.Table, suffix: str = "") -> None:
+        """Write (or, on a replay, rewrite) one partition's history of ``batch`` atomically
+        (``part-<p><suffix>.parquet``: the sessions the watermark after the batch
+        closes have a file of their own)."""
         filesystem, _ = filesystem_of(self.root)
         directory = self.batch_dir(batch)
         file_modes.make_dirs(filesystem, directory)
-        final = f"{directory}/part-{partition:05d}.parquet"
+        final = f"{directory}/part-{partition:05d}{suffix}.parquet"
         temporary = create_temporary(filesystem, final)
         pq.write_table(history, temporary, filesystem=filesystem)
         failpoints.reach("mid_offline_write", batch)

@@ -1,21 +1,25 @@
-"""The executor side of the stream job: features of a partition's events -> Feast online store.
+"""The executor side of the stream job: one view's features of a partition's events.
 
-Runs inside ``mapInArrow`` on Spark's Python workers: it receives the Arrow
-record batches of one partition (all events of the entities hashed to it),
-computes the view's rolling or session features with :mod:`featureflow.features`
-(Mojo kernels reading the Arrow buffers in place), upserts the latest row per
-entity into the online store and appends the history to the offline log. It
-yields one small stats row per partition.
+Runs inside the topic's ``mapInArrow`` (:mod:`featureflow.spark.topic_pass`) on
+Spark's Python workers, once per view of the topic over the same Arrow
+partition (all events of the entities hashed to it): :meth:`ViewTask.compute`
+loads the view's state and computes its rolling or session features with
+:mod:`featureflow.window_state` (Mojo kernels reading the Arrow buffers in
+place); :func:`write_online` upserts every view's latest row per entity into
+the online store in one write; :meth:`ViewTask.finish` appends the history to
+the offline log and saves the new state. :class:`OnlineFeatureWriter` runs
+one view alone, the same way (benchmarks replay it outside Spark).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from featureflow import ops, tiles
@@ -35,19 +39,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATS_SCHEMA = (
-    "rows long, entities long, state_rows long, backend string, freshness array<long>, "
-    "seconds array<double>"
+    "rows long, entities long, state_rows long, state_bytes long, backend string, "
+    "freshness array<long>, seconds array<double>"
 )
-"""Spark DDL of what each partition reports back to the driver."""
+"""Spark DDL of what :class:`OnlineFeatureWriter` reports per partition."""
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
-"""The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase."""
+"""The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase.
+``online_write`` is the one write shared by all views of the topic (the same seconds in
+each view's row)."""
 
 
-def write_online(store: FeatureStore, spec: StreamViewSpec, rows: pa.Table) -> None:
-    """Upsert ``rows`` into the view's online store; rows older than the stored ones are skipped."""
+def write_online(store: FeatureStore, rows: Mapping[str, pa.Table]) -> None:
+    """Upsert each view's ``rows`` (view name -> table) into the online store in one
+    write (on Redis one hash write per entity for all views); per view, rows older
+    than the stored ones are skipped."""
     from featureflow import online
 
-    online.write(store, spec.name, rows)
+    online.write_views(store, {view: table for view, table in rows.items() if table.num_rows})
+
+
+def write_online_of_batch(repo_path: str, batch_id: int, rows: Mapping[str, pa.Table]) -> None:
+    """:func:`write_online` of micro-batch ``batch_id``, with its ``mid_online_write``
+    failpoint (half of every view's rows written, then the process dies)."""
+    if not any(table.num_rows for table in rows.values()):
+        return
+    store = cached_store(repo_path)
+    if failpoints.armed("mid_online_write", batch_id):
+        write_online(store, {v: t.slice(0, t.num_rows // 2) for v, t in rows.items()})
+        failpoints.reach("mid_online_write", batch_id)
+    write_online(store, rows)
 
 
 class _PhaseClock:
@@ -62,56 +82,73 @@ class _PhaseClock:
         self.seconds[phase] += now - self._last
         self._last = now
 
+    def restart(self) -> None:
+        """Start timing anew (time since the last lap belongs to no phase of this view)."""
+        self._last = time.perf_counter()
+
+
+@dataclass
+class ViewOutputs:
+    """One view's results for one partition of a micro-batch, before anything is written."""
+
+    rows: pa.Table
+    """Online rows: each touched entity's latest features."""
+    history: pa.Table
+    """Offline rows: the features of each new event (sessions: of each closed session)."""
+    kept: pa.Table
+    """The events the state keeps."""
+    kept_tiles: pa.Table | None
+    new_ns: np.ndarray
+    """Event times (epoch ns) of the new events."""
+    clock: _PhaseClock = field(default_factory=_PhaseClock)
+
+    @property
+    def new_rows(self) -> int:
+        return len(self.new_ns)
+
+    @property
+    def state_rows(self) -> int:
+        return self.kept.num_rows + (0 if self.kept_tiles is None else self.kept_tiles.num_rows)
+
+    @property
+    def state_bytes(self) -> int:
+        """Arrow bytes of the state kept (events and tiles): what a worker holds resident."""
+        return self.kept.nbytes + (0 if self.kept_tiles is None else self.kept_tiles.nbytes)
+
 
 @dataclass(frozen=True)
-class OnlineFeatureWriter:
-    """``mapInArrow`` function of batch ``batch_id``: one partition's features -> online store.
+class ViewTask:
+    """What an executor needs to run one view of micro-batch ``batch_id``.
 
-    The partition's events from earlier batches (its ``state``) and the new
-    ones are computed together, so windows and sessions span micro-batches
-    (:func:`rolling_outputs`, :func:`session_outputs`); the online rows go to
-    the online store, the history to the ``offline`` log, and the state keeps
+    The view's events from earlier batches (its ``state``) and the new ones are
+    computed together, so windows and sessions span micro-batches; the state keeps
     what future on-time events (time >= ``watermark_ns``) still need. With a
-    ``feature_schema`` every batch's Arrow schema passes the schema gate before
-    anything is written.
+    ``feature_schema`` every output passes the schema gate before anything is written.
     """
 
     spec: StreamViewSpec
-    repo_path: str
     batch_id: int
     state: StateStore
     watermark_ns: int
     offline: OfflineFeatureLog
     feature_schema: FeatureSchema | None = None
+    reads_before: int | None = None
+    """Load the newest state version before this batch id (default ``batch_id``; the
+    session closer reads the version ``batch_id`` itself wrote: ``batch_id + 1``)."""
+    offline_suffix: str = ""
+    """Appended to the offline file's name (the session closer's own file)."""
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        received = [batch for batch in batches if batch.num_rows]
-        # A session view also runs without new events: the watermark may close sessions.
-        if not received and not self.spec.is_session_view:
-            return  # nothing new: the newest state version stays valid
-        context = TaskContext.get()
-        assert context is not None, "runs inside a Spark task"
-        stats = self.run_partition(context.partitionId(), received)
-        if stats is not None:
-            yield stats
-
-    def run_partition(
-        self, partition: int, received: list[pa.RecordBatch]
-    ) -> pa.RecordBatch | None:
-        """Shuffle partition ``partition``'s work in this batch, outside any Spark task.
-
-        ``received`` are its non-empty record batches of new events. Returns the
-        stats row (:data:`STATS_SCHEMA`, ``seconds`` per :data:`EXECUTOR_PHASES`),
-        or None when the batch changed nothing (the newest state version stays valid).
-        """
+    def compute(self, partition: int, received: list[pa.RecordBatch]) -> ViewOutputs | None:
+        """State load and compute of partition ``partition`` with its new events
+        ``received`` (non-empty batches); None when the batch changes nothing for this
+        view there (the newest state version stays valid)."""
         clock = _PhaseClock()
-        prior = self.state.load_events(partition, before_batch=self.batch_id)
+        before = self.batch_id if self.reads_before is None else self.reads_before
+        prior = self.state.load_events(partition, before_batch=before)
         if not received and prior is None:
             return None
         prior_tiles = (
-            self.state.load_tiles(partition, before_batch=self.batch_id)
+            self.state.load_tiles(partition, before_batch=before)
             if tiles.compactable(self.spec)
             else None
         )
@@ -135,29 +172,115 @@ class OnlineFeatureWriter:
 
             check_batch(rows.schema, self.feature_schema)
             check_batch(history.schema, self.feature_schema)
-        if rows.num_rows:
-            store = cached_store(self.repo_path)
-            if failpoints.armed("mid_online_write", self.batch_id):
-                write_online(store, self.spec, rows.slice(0, rows.num_rows // 2))
-                failpoints.reach("mid_online_write", self.batch_id)
-            write_online(store, self.spec, rows)
-        clock.lap("online_write")
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
-        freshness = freshness_histogram(new_ns, time.time_ns())
-        if history.num_rows:
-            self.offline.write(self.batch_id, partition, history)
+        return ViewOutputs(rows, history, kept, kept_tiles, new_ns, clock)
+
+    def finish(self, partition: int, outputs: ViewOutputs) -> None:
+        """Offline write and state save of ``outputs`` (after the online write)."""
+        clock = outputs.clock
+        clock.restart()
+        if outputs.history.num_rows:
+            self.offline.write(
+                self.batch_id, partition, outputs.history, suffix=self.offline_suffix
+            )
         clock.lap("offline_write")
-        if kept_tiles is not None:  # before the events: a reader takes both of one version
-            self.state.save_tiles(partition, self.batch_id, kept_tiles)
-        self.state.save_events(partition, self.batch_id, kept)
+        if outputs.kept_tiles is not None:  # before the events: a reader takes both
+            self.state.save_tiles(partition, self.batch_id, outputs.kept_tiles)
+        self.state.save_events(partition, self.batch_id, outputs.kept)
         clock.lap("state_save")
-        return pa.RecordBatch.from_pydict(
-            {
-                "rows": [new_rows],
-                "entities": [rows.num_rows],
-                "state_rows": [kept.num_rows + (0 if kept_tiles is None else kept_tiles.num_rows)],
-                "backend": [ops.backend()],
-                "freshness": [freshness],
-                "seconds": [[clock.seconds[phase] for phase in EXECUTOR_PHASES]],
-            }
+
+    @staticmethod
+    def stats(outputs: ViewOutputs, freshness: list[int]) -> dict[str, object]:
+        """The stats of ``outputs`` (:data:`STATS_SCHEMA`'s columns, one value each)."""
+        return {
+            "rows": outputs.new_rows,
+            "entities": outputs.rows.num_rows,
+            "state_rows": outputs.state_rows,
+            "state_bytes": outputs.state_bytes,
+            "backend": ops.backend(),
+            "freshness": freshness,
+            "seconds": [outputs.clock.seconds[phase] for phase in EXECUTOR_PHASES],
+        }
+
+
+def run_views(
+    tasks: list[ViewTask], repo_path: str, batch_id: int, partition: int,
+    received: Mapping[str, list[pa.RecordBatch]],
+) -> list[tuple[ViewTask, dict[str, object]]]:  # fmt: skip
+    """Every view of ``tasks`` over one partition: state loads and computes, one online
+    write for all of them, then per view the offline write and the state save.
+
+    ``received`` holds each view's new events (by view name). Returns the stats of
+    each view that changed something (:meth:`ViewTask.stats`). The states are saved
+    last, so a crash before leaves the previous versions for the replay.
+    """
+    done = [
+        (task, outputs)
+        for task in tasks
+        if (outputs := task.compute(partition, received.get(task.spec.name, []))) is not None
+    ]
+    if not done:
+        return []
+    started = time.perf_counter()
+    write_online_of_batch(
+        repo_path, batch_id, {task.spec.name: outputs.rows for task, outputs in done}
+    )
+    written_at = time.time_ns()
+    online_s = time.perf_counter() - started
+    results = []
+    for task, outputs in done:
+        outputs.clock.seconds["online_write"] = online_s
+        freshness = freshness_histogram(outputs.new_ns, written_at)
+        task.finish(partition, outputs)
+        results.append((task, task.stats(outputs, freshness)))
+    return results
+
+
+@dataclass(frozen=True)
+class OnlineFeatureWriter:
+    """``mapInArrow`` function of one view alone in batch ``batch_id``: its partition's
+    features -> online store, offline log and state (what :func:`run_views` does for a
+    topic's views, for one view)."""
+
+    spec: StreamViewSpec
+    repo_path: str
+    batch_id: int
+    state: StateStore
+    watermark_ns: int
+    offline: OfflineFeatureLog
+    feature_schema: FeatureSchema | None = None
+
+    def _task(self) -> ViewTask:
+        return ViewTask(
+            self.spec, self.batch_id, self.state, self.watermark_ns, self.offline,
+            self.feature_schema,
+        )  # fmt: skip
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        received = [batch for batch in batches if batch.num_rows]
+        # A session view also runs without new events: the watermark may close sessions.
+        if not received and not self.spec.is_session_view:
+            return  # nothing new: the newest state version stays valid
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        stats = self.run_partition(context.partitionId(), received)
+        if stats is not None:
+            yield stats
+
+    def run_partition(
+        self, partition: int, received: list[pa.RecordBatch]
+    ) -> pa.RecordBatch | None:
+        """Shuffle partition ``partition``'s work in this batch, outside any Spark task.
+
+        ``received`` are its non-empty record batches of new events. Returns the
+        stats row (:data:`STATS_SCHEMA`, ``seconds`` per :data:`EXECUTOR_PHASES`),
+        or None when the batch changed nothing (the newest state version stays valid).
+        """
+        done = run_views(
+            [self._task()], self.repo_path, self.batch_id, partition, {self.spec.name: received}
         )
+        if not done:
+            return None
+        return pa.RecordBatch.from_pylist([done[0][1]])

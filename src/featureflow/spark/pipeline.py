@@ -2,13 +2,13 @@
 
 One Structured Streaming query per topic: the views reading it share the
 Kafka read and the parse, and each micro-batch (``foreachBatch``) is parsed
-once, checked against the event-time rules, cached, summarised in one Spark
-job and handed to every view; unusable records are counted and logged with
-their Kafka coordinates and reason; good events are hash partitioned by
-entity and handed, as Arrow batches, to
-:class:`~featureflow.spark.online_sink.OnlineFeatureWriter` on the executors.
-Nothing but per-partition stats comes back to the driver. Unusable records
-also go, untouched, to a dead-letter topic (:mod:`featureflow.spark.dead_letter`).
+once, checked against the event-time rules, hash partitioned by entity once
+and handed, as Arrow batches, to :class:`~featureflow.spark.topic_pass.TopicPass`
+on the executors, which runs every view of the topic over each partition (one
+online write per entity for all of them) and counts what the watermarks and
+reports need in the same pass. Back to the driver come per-partition stats and
+the unusable records, which are logged with their Kafka coordinates and
+reason and go, untouched, to a dead-letter topic (:mod:`featureflow.spark.dead_letter`).
 
 Windows span micro-batches: each partition's recent events are kept as
 versioned state next to the checkpoint (:mod:`featureflow.spark.state`), so a
@@ -33,9 +33,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec
@@ -43,8 +45,8 @@ from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
 from featureflow.spark.offline_sink import OfflineFeatureLog
-from featureflow.spark.online_sink import EXECUTOR_PHASES, STATS_SCHEMA, OnlineFeatureWriter
-from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, parse_events
+from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
 from featureflow.spark.state import StateStore
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,
@@ -84,6 +86,8 @@ class StreamOptions:
     kafka_options: dict[str, str] = field(default_factory=dict)
     idle_partition_timeout_ns: int = DEFAULT_IDLE_TIMEOUT_NS
     max_future_skew_ns: int = DEFAULT_FUTURE_SKEW_NS
+    state_warn_bytes: int | None = None
+    """``--state-warn-bytes``: a warning line when a view's state exceeds it (Arrow bytes)."""
 
 
 @dataclass
@@ -99,7 +103,7 @@ class BatchCounters:
 
 @dataclass
 class MicroBatchProcessor:
-    """One stream view's work in each micro-batch of its topic's query."""
+    """One stream view of a topic's query: its state, counters and reports."""
 
     spec: StreamViewSpec
     repo_path: str
@@ -109,51 +113,41 @@ class MicroBatchProcessor:
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
     exporter: PrometheusExporter | None = None
+    state_sizes: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Per shuffle partition: (rows, Arrow bytes) of its state as of its last change in
+    this run (a partition no batch of this run changed yet is not known)."""
 
-    def process(self, topic_batch: TopicBatch) -> None:
-        """This view's part of a micro-batch of its topic (parsed, checked and cached once
-        for all the topic's views)."""
-        from pyspark.sql import functions as F
-
-        started = time.monotonic()
-        batch_id = topic_batch.batch_id
-        phases = dict(topic_batch.phases_s)
-        lap = time.monotonic()
-        good = topic_batch.frame.filter(F.col(ERROR_REASON).isNull()).select(
-            self.spec.join_key, EVENT_NS, *self.spec.value_columns
-        )
-        # The next batch's watermark: what future on-time events can still reach.
-        watermark_ns = topic_batch.watermarks.watermark_ns
-        writer = OnlineFeatureWriter(
-            self.spec,
-            self.repo_path,
-            batch_id,
-            self.state,
-            watermark_ns if watermark_ns is not None else 0,
+    def task(self, batch_id: int, watermark_ns: int | None, **extra: Any) -> ViewTask:
+        """What the executors run of this view in batch ``batch_id``, judged against
+        ``watermark_ns`` (None: no watermark yet)."""
+        return ViewTask(
+            self.spec, batch_id, self.state, watermark_ns if watermark_ns is not None else 0,
             OfflineFeatureLog(
                 self.options.offline_path or f"{self.repo_path}/data/offline", self.spec.name
             ),
-            self.feature_schema,
-        )
-        stats = (
-            good.repartition(self.partitions, self.spec.join_key)
-            .mapInArrow(writer, STATS_SCHEMA)
-            .collect()
-        )
-        phases["features"] = time.monotonic() - lap
+            self.feature_schema, **extra,
+        )  # fmt: skip
+
+    def report(self, topic_batch: TopicBatch, stats: list[dict[str, Any]]) -> None:
+        """Account for this view's part of a micro-batch: ``stats`` are its
+        :data:`~featureflow.spark.topic_pass.VIEW` rows (a session view's closing rows
+        after its pass rows, so they give the partition's state)."""
+        for row in stats:
+            self.state_sizes[row["shuffle_partition"]] = (row["state_rows"], row["state_bytes"])
         report = BatchReport(
             view=self.spec.name,
-            batch_id=batch_id,
+            batch_id=topic_batch.batch_id,
             records=topic_batch.records,
             events=sum(row["rows"] for row in stats),
             dead_letters=topic_batch.bad_by_reason,
             entities_written=sum(row["entities"] for row in stats),
-            state_rows=sum(row["state_rows"] for row in stats),
-            duration_s=time.monotonic() - started + topic_batch.shared_s,
+            state_rows=sum(rows for rows, _ in self.state_sizes.values()),
+            state_bytes=sum(size for _, size in self.state_sizes.values()),
+            duration_s=topic_batch.duration_s,
             watermark_lag_s=topic_batch.watermarks.lag_s(topic_batch.clock_ns),
             idle_partitions=list(topic_batch.watermarks.idle),
             phases_s={
-                **phases,
+                **topic_batch.phases_s,
                 **{
                     f"executors_{phase}": sum(row["seconds"][at] for row in stats)
                     for at, phase in enumerate(EXECUTOR_PHASES)
@@ -166,17 +160,6 @@ class MicroBatchProcessor:
             report.freshness_p99_s = histogram_quantile(merged, 0.99)
         self._account(report, sorted({row["backend"] for row in stats}))
 
-    @staticmethod
-    def log_bad_records(bad: DataFrame) -> None:
-        """One warning per unusable record (the first few), with its Kafka coordinates."""
-        columns = ("topic", "partition", "offset", ERROR_FIELD, ERROR_REASON)
-        for row in bad.select(*columns).limit(MAX_LOGGED_BAD_RECORDS).collect():
-            log.warning(
-                "skipped record %s[%d]@%d: field %r: %s",
-                row["topic"], row["partition"], row["offset"],
-                row[ERROR_FIELD], row[ERROR_REASON],
-            )  # fmt: skip
-
     def _account(self, report: BatchReport, backends: list[str]) -> None:
         self.counters.batches += 1
         self.counters.events += report.events
@@ -186,11 +169,19 @@ class MicroBatchProcessor:
             self.counters.bad_by_reason[reason] = self.counters.bad_by_reason.get(reason, 0) + count
         log.info(
             "view %s batch %d: %d events, %d skipped, %d entities written to the online store, "
-            "%d events of touched partitions kept as state, in %.2f s (kernels: %s)",
+            "%d events kept as state (%.1f MiB), in %.2f s (kernels: %s)",
             report.view, report.batch_id, report.events, sum(report.dead_letters.values()),
-            report.entities_written, report.state_rows, report.duration_s,
-            ",".join(backends) or "-",
+            report.entities_written, report.state_rows, report.state_bytes / 2**20,
+            report.duration_s, ",".join(backends) or "-",
         )  # fmt: skip
+        warn_bytes = self.options.state_warn_bytes
+        if warn_bytes is not None and report.state_bytes > warn_bytes:
+            log.warning(
+                "view %s: its window state holds %.1f MiB (%d rows), over --state-warn-bytes "
+                "%.1f MiB: shorten the view's windows or its watermark delay, or add "
+                "--partitions and memory to the workers (each holds its partitions' state)",
+                report.view, report.state_bytes / 2**20, report.state_rows, warn_bytes / 2**20,
+            )  # fmt: skip
         metrics_log.info("%s", report.to_json())
         if self.exporter is not None:
             self.exporter.observe(report)
@@ -246,30 +237,32 @@ def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions
 
 @dataclass(frozen=True)
 class TopicBatch:
-    """A micro-batch of one topic as its views receive it."""
+    """What a micro-batch of one topic did, as its views report it."""
 
     batch_id: int
-    frame: DataFrame
-    """Parsed, checked (error columns set) and cached; key and value bytes only on bad rows."""
     clock_ns: int
     """The driver's clock of the batch (epoch ns), as first recorded."""
     watermarks: PartitionWatermarks
     """The per-partition watermarks after this batch (what the next one judges against)."""
     records: int
     bad_by_reason: dict[str, int]
-    shared_s: float
-    """Wall seconds of the work done once for all views (marking, summary, dead letters)."""
+    duration_s: float
+    """Wall seconds of the whole micro-batch (one pass for all the topic's views)."""
     phases_s: dict[str, float]
 
 
 @dataclass
 class TopicBatchProcessor:
-    """``foreachBatch`` function of one topic's query: checked once, then each view in turn.
+    """``foreachBatch`` function of one topic's query: one pass for all its views.
 
-    The views of a topic share its Kafka read, parse, event-time rules,
-    summary and dead letters (the costliest part of a micro-batch): the checked
-    batch is cached and every view runs on it. The watermarks live in the first
-    view's state, saved after every view has saved its own.
+    Each micro-batch is checked against the event-time rules (a projection),
+    hash partitioned by the entity key once, and handed to
+    :class:`~featureflow.spark.topic_pass.TopicPass` (``mapInArrow``), which runs
+    every view of the topic over each partition and returns the counts per
+    (Kafka partition, reason), the largest event time per Kafka partition and
+    the dead letters with the views' stats. No cache and no summary job: the
+    batch is read once. The watermarks live in the first view's state, saved
+    after every view has saved its own (and after the dead letters are sent).
     """
 
     views: list[MicroBatchProcessor]
@@ -293,7 +286,7 @@ class TopicBatchProcessor:
             self.idle.set()
 
     def _run(self, batch: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F
+        from featureflow.spark import topic_pass
 
         lead = self._lead
         spec, options = lead.spec, lead.options
@@ -301,57 +294,119 @@ class TopicBatchProcessor:
         clock_ns = lead.state.batch_clock_ns(batch_id, time.time_ns())
         before = lead.state.load_watermarks(batch_id, spec.watermark_ns)
         late_before_ns = before.watermark_ns if spec.watermark_ns > 0 else None
-        checked = mark_event_time(
-            batch, spec, late_before_ns, clock_ns + options.max_future_skew_ns
+        checked = _without_unneeded_bytes(
+            mark_event_time(batch, spec, late_before_ns, clock_ns + options.max_future_skew_ns)
         )
-        cached = _without_unneeded_bytes(checked).persist()
-        try:
-            lap = time.monotonic()
-            # One pass for every count the reports need: rows per (Kafka partition,
-            # reason; null: usable) and the latest usable event time per partition.
-            summary = (
-                cached.groupBy("partition", ERROR_REASON)
-                .agg(F.count(F.lit(1)).alias("rows"), F.max(EVENT_NS).alias("max_ns"))
-                .collect()
+        columns = list(
+            dict.fromkeys(
+                name
+                for view in self.views
+                for name in (view.spec.join_key, EVENT_NS, *view.spec.value_columns)
             )
-            phases = {"summary": time.monotonic() - lap}
-            bad_by_reason: dict[str, int] = {}
-            batch_max_ns: dict[int, int] = {}
-            for row in summary:
-                if row[ERROR_REASON] is None:
-                    batch_max_ns[int(row["partition"])] = int(row["max_ns"])
-                else:
-                    reason = row[ERROR_REASON]
-                    bad_by_reason[reason] = bad_by_reason.get(reason, 0) + int(row["rows"])
-            if bad_by_reason:
-                lap = time.monotonic()
-                bad = cached.filter(F.col(ERROR_REASON).isNotNull())
-                lead.log_bad_records(bad)
-                write_dead_letters(
-                    bad,
-                    options.bootstrap or spec.bootstrap_servers,
-                    options.dead_letter_topic or dead_letter_topic(spec.topic),
-                    options.kafka_options,
-                )
-                phases["dead_letters"] = time.monotonic() - lap
-            after = before.advance(batch_max_ns, clock_ns, options.idle_partition_timeout_ns)
-            topic_batch = TopicBatch(
-                batch_id, cached, clock_ns, after, sum(int(row["rows"]) for row in summary),
-                bad_by_reason, time.monotonic() - started, phases,
+        )
+        # The views' state follows the watermark the batch was judged by (see topic_pass).
+        tasks = tuple(view.task(batch_id, before.watermark_ns) for view in self.views)
+        lap = time.monotonic()
+        out = (
+            checked.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
+            .repartition(lead.partitions, spec.join_key)
+            .mapInArrow(
+                topic_pass.TopicPass(tasks, lead.repo_path, batch_id), topic_pass.OUTPUT_SCHEMA
+            )
+            .toArrow()
+        )
+        phases = {"pass": time.monotonic() - lap}
+        kinds = out.column("kind")
+        counts = out.filter(pc.equal(kinds, topic_pass.COUNT))
+        bad_by_reason: dict[str, int] = {}
+        batch_max_ns: dict[int, int] = {}
+        for row in counts.select(["partition", "reason", "rows", "max_ns"]).to_pylist():
+            if row["reason"] is None:
+                if row["max_ns"] is not None:
+                    partition = int(row["partition"])
+                    batch_max_ns[partition] = max(batch_max_ns.get(partition, row["max_ns"]),
+                                                  row["max_ns"])  # fmt: skip
+            else:
+                bad_by_reason[row["reason"]] = bad_by_reason.get(row["reason"], 0) + row["rows"]
+        if bad_by_reason:
+            lap = time.monotonic()
+            self._send_dead_letters(batch, out.filter(pc.equal(kinds, topic_pass.DEAD)))
+            phases["dead_letters"] = time.monotonic() - lap
+        after = before.advance(batch_max_ns, clock_ns, options.idle_partition_timeout_ns)
+        stats = out.filter(pc.equal(kinds, topic_pass.VIEW)).to_pylist()
+        sessions = [view for view in self.views if view.spec.is_session_view]
+        if sessions and after.watermark_ns is not None and after.watermark_ns != (
+            before.watermark_ns
+        ):
+            lap = time.monotonic()
+            stats += self._close_sessions(batch, sessions, batch_id, after.watermark_ns)
+            phases["close_sessions"] = time.monotonic() - lap
+        topic_batch = TopicBatch(
+            batch_id, clock_ns, after, int(pc.sum(counts.column("rows")).as_py() or 0),
+            bad_by_reason, time.monotonic() - started, phases,
+        )  # fmt: skip
+        for view in self.views:
+            view.report(topic_batch, [row for row in stats if row["view"] == view.spec.name])
+        lead.state.save_watermarks(batch_id, after)
+        failpoints.reach("after_state_save", batch_id)
+
+    def _send_dead_letters(self, batch: DataFrame, dead: pa.Table) -> None:
+        """Log the first bad records and append all of them to the dead-letter topic."""
+        lead = self._lead
+        spec, options = lead.spec, lead.options
+        dead = dead.take(pc.sort_indices(dead, [("topic", "ascending"), (
+            "partition", "ascending"), ("offset", "ascending")]))  # fmt: skip
+        for row in dead.slice(0, MAX_LOGGED_BAD_RECORDS).to_pylist():
+            log.warning(
+                "skipped record %s[%d]@%d: field %r: %s",
+                row["topic"], row["partition"], row["offset"], row["field"], row["reason"],
             )  # fmt: skip
-            for view in self.views:
-                view.process(topic_batch)
-            lead.state.save_watermarks(batch_id, after)
-            failpoints.reach("after_state_save", batch_id)
-        finally:
-            cached.unpersist()
+        letters = pa.table(
+            {
+                "key": dead.column("key"),
+                "value": dead.column("value"),
+                "topic": dead.column("topic"),
+                "partition": dead.column("partition"),
+                "offset": dead.column("offset"),
+                ERROR_FIELD: dead.column("field"),
+                ERROR_REASON: dead.column("reason"),
+            }
+        )
+        write_dead_letters(
+            batch.sparkSession.createDataFrame(letters),
+            options.bootstrap or spec.bootstrap_servers,
+            options.dead_letter_topic or dead_letter_topic(spec.topic),
+            options.kafka_options,
+        )
+
+    def _close_sessions(
+        self, batch: DataFrame, sessions: list[MicroBatchProcessor], batch_id: int,
+        watermark_ns: int,
+    ) -> list[dict[str, Any]]:  # fmt: skip
+        """Close, in every partition's state, the sessions ``watermark_ns`` (after the
+        batch) finalises: a pass over the state alone, like Spark's no-data batch."""
+        from featureflow.spark import topic_pass
+
+        partitions = self._lead.partitions
+        tasks = tuple(
+            view.task(batch_id, watermark_ns, reads_before=batch_id + 1,
+                      offline_suffix="-closed")
+            for view in sessions
+        )  # fmt: skip
+        closer = topic_pass.SessionCloser(tasks, self._lead.repo_path, batch_id)
+        return (
+            batch.sparkSession.range(0, partitions, numPartitions=partitions)
+            .mapInArrow(closer, topic_pass.OUTPUT_SCHEMA)
+            .toArrow()
+            .to_pylist()
+        )
 
 
 def _without_unneeded_bytes(batch: DataFrame) -> DataFrame:
     """The checked batch with the raw key and value bytes only where a dead letter needs them.
 
     Only bad records (late and future events included) keep their bytes; the
-    others drop them, which makes the cached batch several times smaller.
+    others drop them, which makes the shuffled batch several times smaller.
     """
     from pyspark.sql import functions as F
 

@@ -1,0 +1,199 @@
+"""The executor side of a topic's micro-batch: one Arrow pass for all the topic's views.
+
+The driver (:mod:`featureflow.spark.pipeline`) hash partitions the checked
+batch (every record: events and bad records) by the entity key once, and
+``mapInArrow`` hands each partition's Arrow batches to :class:`TopicPass`, which
+in one pass over them:
+
+1. counts records per (Kafka partition, reason; null: usable) with the largest
+   usable event time (ns) per Kafka partition — what the driver advances the
+   watermarks with, so no summary job runs;
+2. returns the bad records (reason set) as dead-letter rows carrying the raw
+   key and value bytes, Kafka coordinates, field and reason, for the driver to
+   send to the dead-letter topic;
+3. runs every view of the topic over the usable events
+   (:func:`~featureflow.spark.online_sink.run_views`: state loads and computes,
+   one online write for all views, offline writes, state saves).
+
+Everything comes back as rows of :data:`OUTPUT_SCHEMA`, told apart by ``kind``
+(:data:`VIEW`, :data:`COUNT`, :data:`DEAD`).
+
+The views judge their state against the watermark *before* the batch (the one
+its late events were judged by): the watermark after the batch needs every
+partition's event times, which no partition knows. So, as in Spark's own
+stateful operators (the watermark of batch ``b`` comes from batch ``b - 1``, and
+Spark runs a no-data batch to close what a moved watermark finalises), session
+views close their sessions under the new watermark in :class:`SessionCloser`,
+a pass over the state alone (no source records) that the driver runs within
+the same micro-batch when the watermark moved. Rolling views keep the events
+from ``watermark_before - window`` on, a superset of what they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from featureflow.columns import EVENT_NS
+from featureflow.spark.online_sink import ViewTask, run_views
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+
+VIEW, COUNT, DEAD = "view", "count", "dead"
+"""Kinds of output rows: a view's stats for one shuffle partition; the records of one
+(Kafka partition, reason); one dead letter."""
+
+OUTPUT_SCHEMA = (
+    "kind string, view string, shuffle_partition int, rows long, entities long, "
+    "state_rows long, state_bytes long, backend string, freshness array<long>, "
+    "seconds array<double>, partition int, reason string, max_ns long, key binary, "
+    "value binary, topic string, offset long, field string"
+)
+"""Spark DDL of the pass's output rows; the columns a kind does not use are null.
+
+- ``view``: ``view``, ``shuffle_partition``, ``rows`` (new events), ``entities``
+  (online rows written), ``state_rows``/``state_bytes`` (state kept by the partition,
+  Arrow bytes), ``backend``, ``freshness`` (histogram), ``seconds`` (per
+  :data:`~featureflow.spark.online_sink.EXECUTOR_PHASES`);
+- ``count``: ``partition`` (Kafka), ``reason`` (null: usable), ``rows``, ``max_ns``
+  (largest event time of the usable ones, ns);
+- ``dead``: ``key``, ``value``, ``topic``, ``partition``, ``offset``, ``field``, ``reason``.
+"""
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()), ("view", pa.string()), ("shuffle_partition", pa.int32()),
+        ("rows", pa.int64()), ("entities", pa.int64()), ("state_rows", pa.int64()),
+        ("state_bytes", pa.int64()), ("backend", pa.string()),
+        ("freshness", pa.list_(pa.int64())), ("seconds", pa.list_(pa.float64())),
+        ("partition", pa.int32()), ("reason", pa.string()), ("max_ns", pa.int64()),
+        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+        ("offset", pa.int64()), ("field", pa.string()),
+    ]
+)  # fmt: skip
+""":data:`OUTPUT_SCHEMA` in Arrow."""
+
+
+def output_rows(kind: str, n: int, **columns: Any) -> pa.RecordBatch:
+    """``n`` rows of ``kind``: the given columns (arrays or lists of ``n``), nulls elsewhere."""
+    arrays = []
+    for field in ARROW_SCHEMA:
+        if field.name == "kind":
+            arrays.append(pa.array([kind] * n, pa.string()))
+        elif field.name in columns:
+            value = columns[field.name]
+            array = value if isinstance(value, pa.Array | pa.ChunkedArray) else pa.array(value)
+            arrays.append(pc.cast(array, field.type))
+        else:
+            arrays.append(pa.nulls(n, field.type))
+    arrays = [a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in arrays]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def count_rows(records: pa.Table) -> pa.RecordBatch:
+    """Records per (Kafka partition, reason) and the largest usable event time of each."""
+    usable = pc.is_null(records.column(ERROR_REASON))
+    counted = pa.table(
+        {
+            "partition": records.column("partition"),
+            "reason": records.column(ERROR_REASON),
+            "ns": pc.if_else(usable, records.column(EVENT_NS), pa.scalar(None, pa.int64())),
+        }
+    ).group_by(["partition", "reason"]).aggregate([("ns", "max"), ([], "count_all")])
+    return output_rows(
+        COUNT, counted.num_rows, partition=counted.column("partition"),
+        reason=counted.column("reason"), rows=counted.column("count_all"),
+        max_ns=counted.column("ns_max"),
+    )  # fmt: skip
+
+
+def dead_letter_rows(bad: pa.Table) -> pa.RecordBatch:
+    """The dead letters of ``bad`` records, untouched bytes and their coordinates."""
+    return output_rows(
+        DEAD, bad.num_rows, key=bad.column("key"), value=bad.column("value"),
+        topic=bad.column("topic"), partition=bad.column("partition"),
+        offset=bad.column("offset"), field=bad.column(ERROR_FIELD),
+        reason=bad.column(ERROR_REASON),
+    )  # fmt: skip
+
+
+def view_row(view: str, partition: int, stats: dict[str, object]) -> pa.RecordBatch:
+    return output_rows(
+        VIEW, 1, view=[view], shuffle_partition=[partition],
+        **{name: [value] for name, value in stats.items()},
+    )  # fmt: skip
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "runs inside a Spark task"
+    return context.partitionId()
+
+
+@dataclass(frozen=True)
+class TopicPass:
+    """``mapInArrow`` function of a topic's micro-batch ``batch_id`` (see the module).
+
+    Its input: the checked records of one shuffle partition, with every view's
+    columns, the Kafka coordinates, ``error_field``/``error_reason`` and the raw key
+    and value bytes (set on bad records only).
+    """
+
+    tasks: tuple[ViewTask, ...]
+    repo_path: str
+    batch_id: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        received = [batch for batch in batches if batch.num_rows]
+        if received:
+            yield from self.run_partition(_partition_id(), pa.Table.from_batches(received))
+
+    def run_partition(self, partition: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
+        """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark too)."""
+        yield count_rows(records)
+        bad = pc.is_valid(records.column(ERROR_REASON))
+        if pc.any(bad).as_py():
+            yield dead_letter_rows(records.filter(bad))
+            records = records.filter(pc.invert(bad))
+        if not records.num_rows:
+            return
+        received = {
+            task.spec.name: records.select(
+                [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
+            ).to_batches()
+            for task in self.tasks
+        }
+        for task, stats in run_views(
+            list(self.tasks), self.repo_path, self.batch_id, partition, received
+        ):
+            yield view_row(task.spec.name, partition, stats)
+
+
+@dataclass(frozen=True)
+class SessionCloser:
+    """``mapInArrow`` function over ``spark.range(partitions)`` (one row per shuffle
+    partition): the session views' sessions that the watermark after batch ``batch_id``
+    closes, in every partition's state as batch ``batch_id`` left it.
+
+    Its ``tasks`` read the state version of ``batch_id`` itself and rewrite it; the
+    sessions they close go to a file of their own in the offline log. A replay of the
+    batch rebuilds the same version from the one before, so it closes the same sessions.
+    """
+
+    tasks: tuple[ViewTask, ...]
+    repo_path: str
+    batch_id: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
+        partition = _partition_id()
+        for task, stats in run_views(
+            list(self.tasks), self.repo_path, self.batch_id, partition, {}
+        ):
+            yield view_row(task.spec.name, partition, stats)
