@@ -128,3 +128,19 @@ def test_agrees_with_spark_from_json(spark, messages) -> None:  # type: ignore[n
             if name == "f" and expected is not None:
                 expected = float(pa.array([expected], pa.float32())[0].as_py())
             assert _same(got[name], expected), (message, name, got[name], expected)
+
+
+def test_a_record_with_an_overflowing_number_is_read_as_orjson_reads_the_rest() -> None:
+    """``1e400`` sends the record to the standard library's decoder; what it accepts beyond
+    orjson (a lone surrogate, integers beyond 64 bits) must neither crash nor differ."""
+    rows = PARSER(
+        [
+            b'{"k":1,"d":1e400,"txt":"\\ud800"}',
+            b'{"k":1,"d":1e400,"txt":-9223372036854775809,"ts":18446744073709551616}',
+            b'{"k":1,"d":1' + b"0" * 400 + b"}",
+        ]
+    ).to_pylist()
+    assert not rows[0][IS_OBJECT]
+    assert rows[1]["d"] == math.inf and rows[1]["txt"] == "-9.223372036854776e+18"
+    assert rows[1][STAMP] == "18446744073709551616"
+    assert rows[2]["d"] == math.inf and rows[2][VALID_PREFIX + "d"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import json_messages
 import pytest
 from duckdb_oracle import EXAMPLE_SPEC
 from hypothesis import HealthCheck, given, settings
@@ -157,3 +158,26 @@ def test_dead_letters_keep_the_bytes_and_say_why(spark) -> None:  # type: ignore
         assert reason in headers["featureflow.reason"]
         assert headers["featureflow.topic"] == "t"
         assert headers["featureflow.partition"] == "0"
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(values=json_messages.batches)
+def test_vectorised_rows_and_dead_letters_are_the_per_record_ones(spark, values) -> None:  # type: ignore[no-untyped-def]
+    """Every output column, dead-letter field and reason included, row for row."""
+    frame = _records(spark, [*values, *(case[0] for case in CASES)])
+    got = sorted(parse_events(frame, SPEC).collect(), key=lambda row: row["offset"])
+    expected = sorted(
+        parse_events(frame, SPEC, vectorised=False).collect(), key=lambda row: row["offset"]
+    )
+    assert len(got) == len(expected) == len(values) + len(CASES)
+    for row, oracle in zip(got, expected, strict=True):
+        assert _same_row(row.asDict(), oracle.asDict()), (row, oracle)
+
+
+def _same_row(row: dict[str, object], oracle: dict[str, object]) -> bool:
+    def same(a: object, b: object) -> bool:
+        return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+    return row.keys() == oracle.keys() and all(same(row[k], oracle[k]) for k in row)

@@ -127,9 +127,22 @@ def _loads_overflowing(message: bytes, error: orjson.JSONDecodeError) -> object:
         raise ValueError(constant)
 
     try:
-        return json.loads(message, parse_constant=refuse)
-    except ValueError:
+        record = json.loads(message, parse_constant=refuse, parse_int=_integer_as_orjson)
+        orjson.dumps(record)  # refuses what orjson's decoder refuses too: lone surrogates
+    except (ValueError, TypeError, RecursionError):
         return None
+    return record
+
+
+def _integer_as_orjson(digits: str) -> int | float:
+    """An integer literal as orjson reads it: an int within int64/uint64, else a float
+    (``1`` and 400 zeros is infinity, as ``1e400``; a huge int would crash ``float()`` and
+    ``orjson.dumps`` later)."""
+    if len(digits) <= 20:
+        value = int(digits)
+        if -(2**63) <= value < 2**64:
+            return value
+    return float(digits)
 
 
 def _stamp_text(value: object) -> str | None:

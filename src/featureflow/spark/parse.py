@@ -1,8 +1,11 @@
 """Kafka records -> typed events, with a reason for every record that can't be used.
 
-JSON messages are decoded on the executors by
-:mod:`featureflow.events.json_records` (one ``orjson`` decode per record, in
-``mapInArrow``), Avro messages by Spark's ``from_avro``; the timestamp and the
+JSON messages are decoded on the executors, in ``mapInArrow``, a whole Arrow
+batch at a time by :mod:`featureflow.events.json_batch` (Arrow's JSON reader;
+a record it can't decide exactly, and only that record, by the per-record
+``orjson`` parser of :mod:`featureflow.events.json_records`, so every output
+and dead-letter reason is the per-record parser's); Avro messages by Spark's
+``from_avro`` (on the JVM: nothing to vectorise in Python); the timestamp and the
 first-failing-check logic are Spark SQL expressions shared by both. Every
 output row keeps its Kafka coordinates and raw bytes; rows that fail a check
 carry ``error_field`` and ``error_reason`` (the first failing check, in the
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING
 from featureflow.columns import EVENT_NS
 from featureflow.errors import RepoError
 from featureflow.events import reasons
+from featureflow.events.json_batch import BatchJsonParser
 from featureflow.events.json_records import (
     IS_OBJECT,
     KEY_PRESENT,
@@ -58,19 +62,23 @@ PASSED_THROUGH = (*KAFKA_COLUMNS, "key", "value")
 """Columns of the Kafka record that every parsed row keeps."""
 
 
-
 _DECODED = "__decoded"
 """Staging column (Avro): the record decoded into the view's schema."""
 _ERROR = "__error"
 """Staging column: struct(field, reason) of the first failing check, null when none fails."""
 
 
-def _json_decoded(raw: DataFrame, spec: StreamViewSpec, schema: StructType) -> DataFrame:
+def _json_decoded(
+    raw: DataFrame, spec: StreamViewSpec, schema: StructType, *, vectorised: bool = True
+) -> DataFrame:
     """The Kafka columns, every declared field typed, and the parser's check columns.
 
-    Parsed on the executors by :class:`~featureflow.events.json_records.JsonRecordParser`
-    in one ``mapInArrow`` pass: one JSON decode per record, where Spark's
-    ``from_json`` needed three (typed, as text, object keys).
+    Parsed on the executors in one ``mapInArrow`` pass by
+    :class:`~featureflow.events.json_batch.BatchJsonParser` (``vectorised``), or
+    record by record by :class:`~featureflow.events.json_records.JsonRecordParser`
+    (the same table; kept for the differential test and the benchmark). Either
+    decodes each record once, where Spark's ``from_json`` needed three (typed, as
+    text, object keys).
     """
     import pyarrow as pa
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -81,12 +89,13 @@ def _json_decoded(raw: DataFrame, spec: StreamViewSpec, schema: StructType) -> D
         spec.join_key,
         spec.timestamp_field,
     )
+    decode = BatchJsonParser(parser) if vectorised else parser
     passed = raw.select(*PASSED_THROUGH)
     out = StructType(passed.schema.fields + from_arrow_schema(parser.output_schema()).fields)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            parsed = parser(batch.column("value"))
+            parsed = decode(batch.column("value"))
             yield pa.RecordBatch.from_arrays(
                 [*batch.columns, *(column.combine_chunks() for column in parsed.columns)],
                 names=[*batch.schema.names, *parsed.column_names],
@@ -168,9 +177,12 @@ def with_first_failing(frame: DataFrame, checks: list[Check]) -> DataFrame:
     )
 
 
-def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
+def parse_events(raw: DataFrame, spec: StreamViewSpec, *, vectorised: bool = True) -> DataFrame:
     """Parse the ``value`` of Kafka records (``spark.readStream.format("kafka")``) as events
     (JSON, or Avro when the view's source is Avro).
+
+    ``vectorised=False`` decodes JSON record by record (the same rows; the reference
+    the vectorised decode is tested and benchmarked against).
 
     Returns:
         Columns: the view's JSON fields (typed as its schema declares, the
@@ -194,7 +206,7 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec) -> DataFrame:
         decoded = raw.select(*PASSED_THROUGH, _avro_decoder(spec))
         stamp = F.col(_DECODED)[spec.timestamp_field].cast("string")
     else:
-        decoded = _json_decoded(raw, spec, schema)
+        decoded = _json_decoded(raw, spec, schema, vectorised=vectorised)
         stamp = F.col(STAMP)
     is_millis = F.coalesce(stamp.rlike(r"^-?[0-9]+$"), F.lit(False))
     # Only digit strings are cast: try_cast catches an exception per value it can't

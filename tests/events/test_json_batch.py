@@ -1,0 +1,129 @@
+"""The batch JSON parser against the per-record parser (the oracle), row for row."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from json_messages import KEYS, VALUE_TEXTS, batches, event, good_events
+
+from featureflow.events.json_batch import BatchJsonParser
+from featureflow.events.json_records import JsonRecordParser
+
+SCHEMAS = {
+    # the example view's: a timestamp read as text (RFC 3339 or epoch milliseconds)
+    "example": ((("user_id", "bigint"), ("amount", "double"), ("merchant", "string"),
+                 ("event_timestamp", "timestamp")), "user_id", "event_timestamp"),
+    # every supported type, the timestamp declared a string
+    "all types": ((("k", "bigint"), ("i", "int"), ("s", "smallint"), ("t", "tinyint"),
+                   ("d", "double"), ("f", "float"), ("b", "boolean"), ("txt", "string"),
+                   ("ts", "string")), "k", "ts"),
+    # timestamps declared as numbers: the integer and string reads are typed afterwards
+    "millis": ((("k", "int"), ("f", "float"), ("ts", "bigint")), "k", "ts"),
+    "double stamp": ((("k", "bigint"), ("ts", "double")), "k", "ts"),
+    "tiny stamp": ((("k", "bigint"), ("ts", "tinyint")), "k", "ts"),
+    "boolean stamp": ((("k", "bigint"), ("ts", "boolean")), "k", "ts"),
+}  # fmt: skip
+PARSERS = {
+    name: BatchJsonParser(JsonRecordParser(fields, key, stamp))  # type: ignore[arg-type]
+    for name, (fields, key, stamp) in SCHEMAS.items()
+}
+
+
+def _same(got: object, expected: object) -> bool:
+    if isinstance(got, float) and isinstance(expected, float):
+        return got == expected or (math.isnan(got) and math.isnan(expected))
+    return got == expected
+
+
+def assert_same_as_per_record(parser: BatchJsonParser, values: list[bytes | None]) -> None:
+    got = parser(pa.array(values, pa.binary()))
+    expected = parser.records(pa.array(values, pa.binary()))
+    assert got.schema == expected.schema
+    assert got.num_rows == expected.num_rows == len(values)
+    for value, row, oracle in zip(values, got.to_pylist(), expected.to_pylist(), strict=True):
+        for name, wanted in oracle.items():
+            assert _same(row[name], wanted), (value, name, row[name], wanted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.sampled_from(sorted(PARSERS)), values=batches)
+def test_every_row_is_the_per_record_parsers(name: str, values: list[bytes | None]) -> None:
+    assert_same_as_per_record(PARSERS[name], values)
+
+
+@settings(max_examples=60, deadline=None)
+@given(values=st.lists(good_events, min_size=1, max_size=200))
+def test_a_batch_of_good_records_is_decoded_in_one_pass_per_timestamp_form(
+    values: list[bytes],
+) -> None:
+    table, stats = PARSERS["example"].decode(values)
+    assert stats.per_record == 0 and stats.refusals == 0
+    assert stats.vectorised == len(values)
+    assert table.equals(PARSERS["example"].records(values))
+
+
+@pytest.mark.parametrize(
+    ("bad", "refusals"),
+    [
+        (b'{"user_id":1.5,"event_timestamp":1}', 1),  # a type Arrow refuses: split there
+        (b'{"user_id":1,"user_id":2}', 1),  # duplicated field
+        (b"not json", 0),  # never shown to Arrow
+        (b'{"user_id":1,"amount":NaN}', 0),
+    ],
+)
+def test_a_bad_record_is_decoded_alone_and_its_batch_still_vectorised(
+    bad: bytes, refusals: int
+) -> None:
+    good = [event(user, 1.5, "2026-11-30T00:00:00Z") for user in range(500)]
+    values = [*good[:250], bad, *good[250:]]
+    table, stats = PARSERS["example"].decode(values)
+    assert stats.per_record <= 8 and stats.vectorised >= 492
+    assert stats.refusals <= refusals + 1
+    assert_same_as_per_record(PARSERS["example"], values)
+    assert table.num_rows == len(values)
+
+
+def test_a_batch_of_refused_records_costs_a_bounded_number_of_arrow_passes() -> None:
+    values = [b'{"user_id":%d.5}' % user for user in range(2000)]
+    table, stats = PARSERS["example"].decode(values)
+    assert stats.refusals <= 8 and stats.per_record == len(values)
+    assert table.equals(PARSERS["example"].records(values))
+
+
+def test_an_integer_beyond_a_double_reads_as_infinity_in_both_paths() -> None:
+    values = [
+        b'{"user_id":1,"amount":1' + b"0" * 400 + b"}",
+        b'{"user_id":1,"amount":-1' + b"0" * 400 + b"}",
+    ]
+    rows = PARSERS["example"](values).to_pylist()
+    assert [row["amount"] for row in rows] == [math.inf, -math.inf]
+    assert_same_as_per_record(PARSERS["example"], values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+def test_every_value_text_in_every_field(name: str) -> None:
+    """Each member text as each field's value, in one batch and alone (deterministic)."""
+    values: list[bytes | None] = [
+        f'{{"{key}":{value}}}'.encode() for key in KEYS for value in VALUE_TEXTS
+    ]
+    values += [b'{"merchant":"\xff"}', b'{"txt":"caf\xc3"}', b'{"txt":"\xed\xa0\x80"}']
+    assert_same_as_per_record(PARSERS[name], values)  # mostly per record: too many refusals
+    good = b'{"user_id":1,"k":1,"ts":"2026-11-30T00:00:00Z","event_timestamp":1}'
+    for value in values:  # so that each one meets Arrow
+        assert_same_as_per_record(PARSERS[name], [good, value, good])
+
+
+def test_records_that_are_json_only_together_stay_apart() -> None:
+    """``{"a":"}`` and ``{","user_id":1}`` read as one object when joined; with a record of
+    two objects after them Arrow's row count would still match, every row shifted."""
+    values: list[bytes | None] = [
+        b'{"user_id":0}', b'{"a":"}', b'{","user_id":1}', b'{"user_id":2}{"user_id":3}',
+        b'{"a":"\\"}', b'{","user_id":4}', b'{"user_id":5}',
+    ]  # fmt: skip
+    _, stats = PARSERS["example"].decode(values)
+    assert stats.vectorised == 2
+    assert_same_as_per_record(PARSERS["example"], values)
