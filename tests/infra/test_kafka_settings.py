@@ -172,6 +172,22 @@ def test_argv_wins_over_the_environment_which_wins_over_the_file(tmp_path: Path)
     secrets.forget_all()
 
 
+def test_a_secret_file_others_may_read_gets_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text("sasl.jaas.config=" + JAAS + "\n")
+    path.chmod(0o644)
+    with caplog.at_level("WARNING", logger="featureflow.infra.kafka_settings"):
+        K.from_file(path)
+    assert "chmod 600" in caplog.text and "alice-secret" not in caplog.text
+    caplog.clear()
+    path.chmod(0o600)
+    with caplog.at_level("WARNING", logger="featureflow.infra.kafka_settings"):
+        K.from_file(path)
+    assert caplog.text == ""
+
+
 def test_bad_pairs_and_missing_files_are_typed_errors_without_values(tmp_path: Path) -> None:
     with pytest.raises(KafkaSettingsError, match="expects KEY=VALUE") as error:
         K.from_pairs(["password-without-equals-sign"])

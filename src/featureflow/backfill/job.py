@@ -47,8 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the view's)")
     parser.add_argument(
         "--kafka-option", action="append", default=[], metavar="KEY=VALUE",
-        help="extra Kafka client setting (SASL/SSL, ...); repeatable",
+        help="extra Kafka client setting (SASL/SSL, ...); repeatable; wins over the file and "
+        "FEATUREFLOW_KAFKA_* variables (README: Secrets)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kafka-options-file", metavar="PATH",
+        help="Kafka client settings as a Java .properties file (kafka. prefix optional)",
+    )
     parser.add_argument("--partitions", type=int, help="partitions of the entity shuffle")
     parser.add_argument(
         "--master", help="Spark master URL (default: spark-submit's, else local[*])"
@@ -80,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         source_path=args.source,
         from_kafka=args.from_kafka,
         bootstrap=args.bootstrap,
-        kafka_options=_kafka_options(args.kafka_option),
+        kafka_options=_kafka_options(args.kafka_option, args.kafka_options_file),
         offline_path=args.offline_path,
         materialize=args.materialize,
         partitions=args.partitions,

@@ -29,17 +29,28 @@ def register(subparsers: Any) -> None:
         "--format", choices=("json", "avro"), default="json",
         help="message encoding; avro: plain Avro binary of featureflow.events.avro's schema",
     )  # fmt: skip
+    parser.add_argument(
+        "--kafka-options-file", metavar="PATH",
+        help="Kafka client settings (SASL, TLS) as a Java .properties file, as the job takes",
+    )
+    parser.add_argument(
+        "--kafka-option", action="append", default=[], metavar="KEY=VALUE",
+        help="a Kafka client setting; repeatable; wins over the file and FEATUREFLOW_KAFKA_*",
+    )  # fmt: skip
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from featureflow.events import sample
-    from featureflow.infra import kafka_broker, kafka_client
+    from featureflow.infra import kafka_broker, kafka_client, kafka_settings
 
+    settings = kafka_settings.load(file=args.kafka_options_file, pairs=args.kafka_option)
     require_kafka(args.bootstrap)
     if args.fresh:
-        kafka_broker.delete_topic(args.bootstrap, args.topic)
-    kafka_broker.create_topic(args.bootstrap, args.topic, partitions=args.partitions)
+        kafka_broker.delete_topic(args.bootstrap, args.topic, settings=settings)
+    kafka_broker.create_topic(
+        args.bootstrap, args.topic, partitions=args.partitions, settings=settings
+    )
     events = sample.generate(args.events, users=args.users, seed=args.seed, span_s=args.span)
     started = time.monotonic()
     if args.format == "avro":
@@ -48,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         records = to_avro(events)
     else:
         records = sample.to_json(events)
-    sent = kafka_client.produce(args.bootstrap, args.topic, records)
+    sent = kafka_client.produce(args.bootstrap, args.topic, records, settings=settings)
     elapsed = time.monotonic() - started
     print(
         f"produced {sent} {args.format} events for up to {args.users} users to {args.topic} "

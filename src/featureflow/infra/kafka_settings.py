@@ -28,6 +28,7 @@ registered for redaction.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -35,6 +36,8 @@ from pathlib import Path
 
 from featureflow import secrets
 from featureflow.errors import KafkaSettingsError
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "FEATUREFLOW_KAFKA_"
 """Environment variables ``FEATUREFLOW_KAFKA_<KEY>`` hold Kafka client settings."""
@@ -188,17 +191,27 @@ def normalise_key(key: str) -> str:
 
 
 def from_file(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The settings of a ``.properties`` file.
+    """The settings of a ``.properties`` file; a warning when it holds a secret and others
+    than its owner may read it.
 
     Raises:
         KafkaSettingsError: the file can't be read or has a malformed escape.
     """
     try:
         text = Path(path).read_text(encoding="utf-8")
+        mode = Path(path).stat().st_mode
     except (OSError, UnicodeDecodeError) as error:
         msg = f"--kafka-options-file {path}: cannot read it ({error})"
         raise KafkaSettingsError(msg) from None
-    return {normalise_key(k): v for k, v in parse_properties(text, source=str(path)).items() if k}
+    settings = {
+        normalise_key(k): v for k, v in parse_properties(text, source=str(path)).items() if k
+    }
+    if mode & 0o077 and secrets.settings_secrets(settings):
+        log.warning(
+            "%s holds Kafka secrets and is readable by others than its owner (mode %03o): "
+            "`chmod 600 %s`", path, mode & 0o777, path,
+        )  # fmt: skip
+    return settings
 
 
 def env_key(variable: str) -> str | None:
