@@ -18,6 +18,12 @@ is read and decided again. So a chunk is applied whole or not at all, each
 entity is always all old or all new, and an older event never replaces a
 newer one even with concurrent writers.
 
+Several views at once (``write_views``, the stream job's one write per topic): each
+entity gets one ``HSET`` holding the fields of every view with a row for it; the Lua
+read returns every view's ``_ts`` (``HMGET``) and the rule above is decided per
+(entity, view), so the ``HSET`` carries exactly the views whose row is not older
+than the stored one. One view's write sends the same bytes as before.
+
 Why not a Lua check-and-set script per entity: measured here, a script that
 receives the values spends ~38 µs per entity of 18 features in Redis (every
 value becomes a Lua string first), against ~11 µs for the plain ``HSET``;

@@ -1,0 +1,123 @@
+"""The topic pass's executor side, without Spark: counts, dead letters, session closing.
+
+- ``count_rows``/``dead_letter_rows``: what the driver advances the watermarks with
+  and sends to the dead-letter topic, checked against a plain Python count.
+- Session closing: the pass runs a session view under the watermark before the
+  batch and :class:`SessionCloser`'s task then closes under the one after it. The
+  oracle is the former single step under the watermark after the batch: over a
+  stream cut into micro-batches, the offline history (every session exactly once)
+  and the state after every batch must be the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from duckdb_oracle import END_NS, SESSIONS_SPEC, events_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from featureflow.events import sample
+from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
+from featureflow.spark.online_sink import ViewTask
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+from featureflow.spark.state import StateStore, drop_resident
+from featureflow.spark.topic_pass import COUNT, DEAD, count_rows, dead_letter_rows
+
+DELAY_NS = 5 * 60 * 10**9
+SPEC = dataclasses.replace(SESSIONS_SPEC, watermark_ns=DELAY_NS)
+
+
+def _records() -> pa.Table:
+    reasons = [None, "not a JSON object", None, "in the future", None, None]
+    return pa.table({
+        "user_id": pa.array([1, None, 2, 3, 1, 4], pa.int64()),
+        "event_ns": pa.array([10, None, 30, 99, 20, 5], pa.int64()),
+        "partition": pa.array([0, 0, 1, 1, 0, 1], pa.int32()),
+        "topic": ["t"] * 6,
+        "offset": pa.array([5, 6, 7, 8, 9, 10], pa.int64()),
+        "key": pa.array([None, b"k", None, b"k3", None, None], pa.binary()),
+        "value": pa.array([None, b"{x", None, b"{}", None, None], pa.binary()),
+        ERROR_FIELD: [None, "value", None, "event_timestamp", None, None],
+        ERROR_REASON: reasons,
+    })  # fmt: skip
+
+
+def test_counts_per_kafka_partition_and_reason_with_the_latest_usable_time() -> None:
+    rows = count_rows(_records()).to_pylist()
+    assert {r["kind"] for r in rows} == {COUNT}
+    got = {(r["partition"], r["reason"]): (r["rows"], r["max_ns"]) for r in rows}
+    assert got == {
+        (0, None): (2, 20), (0, "not a JSON object"): (1, None),
+        (1, None): (2, 30), (1, "in the future"): (1, None),
+    }  # fmt: skip
+
+
+def test_dead_letter_rows_keep_bytes_coordinates_field_and_reason() -> None:
+    records = _records()
+    bad = records.filter(pc.is_valid(records.column(ERROR_REASON)))
+    rows = dead_letter_rows(bad).to_pylist()
+    assert [(r["kind"], r["key"], r["value"], r["topic"], r["partition"], r["offset"],
+             r["field"], r["reason"]) for r in rows] == [
+        (DEAD, b"k", b"{x", "t", 0, 6, "value", "not a JSON object"),
+        (DEAD, b"k3", b"{}", "t", 1, 8, "event_timestamp", "in the future"),
+    ]  # fmt: skip
+
+
+def _run(root: Path, events: pa.Table, cuts: list[int], two_step: bool
+         ) -> tuple[pa.Table, list[pa.Table]]:
+    """Feed ``events`` in batches cut at ``cuts`` through the view's tasks; returns the
+    offline history and the state after each batch."""
+    drop_resident()
+    state = StateStore(str(root / "state"), 1)
+    offline = OfflineFeatureLog(str(root / "offline"), SPEC.name)
+    before: int | None = None
+    states = []
+    bounds = [0, *sorted(set(cuts)), events.num_rows]
+    for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        batch = events.slice(lo, hi - lo)
+        if before is not None:  # late events are dead letters
+            batch = batch.filter(pc.greater_equal(batch.column("event_ns"), before))
+        seen = [before + DELAY_NS] if before is not None else []
+        if batch.num_rows:
+            seen.append(pc.max(batch.column("event_ns")).as_py())
+        after = max(seen) - DELAY_NS if seen else None
+        steps = [ViewTask(SPEC, batch_id, state, before or 0, offline)] if two_step else [
+            ViewTask(SPEC, batch_id, state, after or 0, offline)]
+        if two_step and after != before:
+            steps.append(ViewTask(SPEC, batch_id, state, after or 0, offline,
+                                  reads_before=batch_id + 1, offline_suffix="-closed"))
+        for at, task in enumerate(steps):
+            received = batch.to_batches() if at == 0 and batch.num_rows else []
+            outputs = task.compute(0, received)
+            if outputs is not None:
+                task.finish(0, outputs)
+        kept = state.load_events(0, before_batch=batch_id + 1)
+        states.append(kept.sort_by([("user_id", "ascending"), ("event_ns", "ascending")])
+                      if kept is not None else None)
+        before = after
+    history = read_history(str(root / "offline"), SPEC.name).drop_columns(["batch"])
+    return history.sort_by([(c, "ascending") for c in ("user_id", "event_timestamp")]), states
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(1, 599), max_size=6))
+def test_closing_after_the_pass_equals_closing_under_the_watermark_after(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, cuts: list[int]
+) -> None:
+    generated = sample.generate(600, users=12, seed=seed, end_ns=END_NS, span_s=4 * 3600)
+    events = events_table(generated)
+    two = _run(tmp_path_factory.mktemp("two"), events, cuts, two_step=True)
+    one = _run(tmp_path_factory.mktemp("one"), events, cuts, two_step=False)
+    assert two[0].equals(one[0]), "the same sessions closed, each once"
+    assert len(two[1]) == len(one[1])
+    for got, want in zip(two[1], one[1], strict=True):
+        assert (got is None) == (want is None)
+        if got is not None and want is not None:
+            assert got.equals(want.cast(got.schema))
