@@ -188,4 +188,5 @@ def test_the_job_reads_writes_and_dead_letters_through_secured_services(
     finally:
         kafka_broker.stop(broker)
     assert len(log) > 1000 and "kernels: mojo" in log
+    assert "kafka client: SASL_SSL (SASL PLAIN, TLS on)" in log, log[-5000:]
     assert leaks(texts, secret_values) == []

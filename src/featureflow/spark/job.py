@@ -147,10 +147,18 @@ def _duration(option: str) -> Callable[[str], int]:
 
 def _kafka_options(pairs: list[str], file: str | None = None) -> dict[str, str]:
     """Spark's ``kafka.*`` options: the file, then ``FEATUREFLOW_KAFKA_*``, then the pairs
-    (:mod:`featureflow.infra.kafka_settings`); their secrets are registered for redaction."""
+    (:mod:`featureflow.infra.kafka_settings`); their secrets are registered for redaction.
+    Logs what the settings secure (protocol, SASL mechanism, TLS) and their keys, never a value."""
     from featureflow.infra import kafka_settings
 
-    return kafka_settings.spark_options(kafka_settings.load(file=file, pairs=pairs))
+    settings = kafka_settings.load(file=file, pairs=pairs)
+    if settings:
+        facts = kafka_settings.describe(settings)
+        log.info(
+            "kafka client: %s (SASL %s, TLS %s), %d settings: %s", facts["protocol"],
+            facts["sasl"], facts["tls"], len(settings), ", ".join(sorted(settings)),
+        )  # fmt: skip
+    return kafka_settings.spark_options(settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
