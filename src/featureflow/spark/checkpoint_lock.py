@@ -69,8 +69,9 @@ log = logging.getLogger(__name__)
 
 LOCK_NAME = "featureflow.lock"
 DEFAULT_LEASE_NS = 60 * 10**9
-_SECRET_OPTIONS = ("--kafka-option",)
-"""Options whose values may hold secrets (SASL JAAS configs, passwords): recorded as KEY=***."""
+_SETTING_OPTIONS = ("--kafka-option",)
+"""Options of KEY=VALUE settings: a secret one (:func:`featureflow.secrets.is_secret_key`)
+is recorded as KEY=***."""
 
 
 @dataclass(frozen=True)
@@ -118,19 +119,25 @@ class LockHolder:
 
 
 def masked_command(argv: Sequence[str]) -> str:
-    """``argv`` as a shell line, with the value of each secret-bearing option masked."""
-    words, mask_next = [], False
+    """``argv`` as a shell line, secret settings masked (and any secret
+    :func:`featureflow.secrets.redact_text` recognises)."""
+    from featureflow import secrets as ff_secrets
+
+    def masked(setting: str) -> str:
+        key, sep, _ = setting.partition("=")
+        return f"{key}={ff_secrets.REDACTED}" if sep and ff_secrets.is_secret_key(key) else setting
+
+    words, setting_next = [], False
     for word in argv:
-        if mask_next:
-            key, _, _ = word.partition("=")
-            word, mask_next = f"{key}=***", False
-        elif word in _SECRET_OPTIONS:
-            mask_next = True
-        elif any(word.startswith(f"{option}=") for option in _SECRET_OPTIONS):
+        if setting_next:
+            word, setting_next = masked(word), False
+        elif word in _SETTING_OPTIONS:
+            setting_next = True
+        elif any(word.startswith(f"{option}=") for option in _SETTING_OPTIONS):
             option, _, setting = word.partition("=")
-            word = f"{option}={setting.partition('=')[0]}=***"
+            word = f"{option}={masked(setting)}"
         words.append(shlex.quote(word))
-    return " ".join(words)
+    return ff_secrets.redact_text(" ".join(words))
 
 
 # -- this machine and its processes -------------------------------------------------------
