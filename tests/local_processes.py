@@ -18,6 +18,22 @@ def free_port() -> int:
     return port
 
 
+def free_port_pair() -> int:
+    """A loopback port ``p`` with ``p + 1`` free too: a Kafka broker of a test's own listens on
+    ``p`` and its controller on ``p + 1`` (``featureflow.infra.kafka_broker``)."""
+    for _ in range(50):
+        port = free_port()
+        if port < 65535:
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    msg = "no two adjacent free loopback ports"
+    raise RuntimeError(msg)
+
+
 def stop_group(process: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
     """SIGTERM the process group of ``process`` (started with ``start_new_session``), then
     SIGKILL it if it has not exited within ``timeout_s``."""

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from duckdb_oracle import END_NS, events_table, latest_features
 from job_harness import apply, assert_online_rolling_equal, consume, env, job_command, run
-from local_processes import free_port, stop_group
+from local_processes import free_port, free_port_pair, stop_group
 
 from featureflow.events import sample
 from featureflow.infra import kafka_broker, kafka_client
@@ -34,18 +34,6 @@ from featureflow.infra.tls import make_self_signed
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BAD_VALUE = b'{"user_id": "not a number", "amount": 1.0, "event_timestamp": 1795990000000}'
-
-
-def _free_port_pair() -> int:
-    """A port whose successor is free too (the broker's controller listens on port + 1)."""
-    for _ in range(50):
-        port = free_port()
-        if port < 65535 and kafka_broker.accepts_connections(
-            kafka_broker.BrokerConfig(port=port + 1), timeout_s=0.2
-        ) is False:
-            return port
-    msg = "no free pair of ports"
-    raise RuntimeError(msg)
 
 
 def leaks(texts: dict[str, str], secret_values: dict[str, str]) -> list[str]:
@@ -74,7 +62,7 @@ def test_the_job_reads_writes_and_dead_letters_through_secured_services(
         cert, (("featureflow", kafka_password),), broker_password=broker_password
     )
     broker = kafka_broker.BrokerConfig(
-        port=_free_port_pair(), directory=tmp_path / "kafka", security=security, heap="384m"
+        port=free_port_pair(), directory=tmp_path / "kafka", security=security, heap="384m"
     )
     settings = security.client_settings()
     jaas = settings["sasl.jaas.config"]
