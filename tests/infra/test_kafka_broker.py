@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from local_processes import free_port_pair
 
 from featureflow.errors import KafkaBrokerError
 from featureflow.infra import kafka_broker, kafka_client
@@ -98,3 +99,43 @@ def test_a_port_held_by_something_else_is_reported(tmp_path: Path) -> None:
         config = kafka_broker.BrokerConfig(port=port, directory=tmp_path)
         with pytest.raises(KafkaBrokerError, match="not a Kafka broker"):
             kafka_broker.start(config, timeout_s=5)
+
+
+@pytest.mark.slow
+def test_a_scram_broker_over_tls_serves_its_users_only(tmp_path: Path) -> None:
+    """SCRAM-SHA-512 over TLS on a broker of its own (the PLAIN variant runs under the job in
+    tests/integration/test_secured_services.py): its user round-trips records, a wrong
+    password is refused, and the broker's log holds no password."""
+    import secrets as random_secrets
+
+    from featureflow.infra.tls import make_self_signed
+
+    password = f"scram-{random_secrets.token_hex(8)}"
+    cert = make_self_signed(tmp_path / "tls", with_key_pem=False)
+    security = kafka_broker.BrokerSecurity(
+        cert, (("app", password),), broker_password=random_secrets.token_hex(8),
+        mechanism="SCRAM-SHA-512",
+    )  # fmt: skip
+    config = kafka_broker.BrokerConfig(
+        port=free_port_pair(), directory=tmp_path / "kafka", security=security, heap="256m"
+    )
+    kafka_broker.start(config)
+    try:
+        settings = security.client_settings()
+        kafka_broker.create_topic(config.bootstrap, "scram", settings=settings)
+        records = [(b"k", b"v%d" % i) for i in range(20)]
+        assert kafka_client.produce(config.bootstrap, "scram", records, settings=settings) == 20
+        assert sum(kafka_client.end_offsets(config.bootstrap, "scram", settings=settings)
+                   .values()) == 20  # fmt: skip
+        wrong = dict(settings, **{"sasl.jaas.config": security.jaas("app", "not-" + password)})
+        with pytest.raises(KafkaBrokerError, match="not acknowledged"):
+            kafka_client.produce(config.bootstrap, "scram", records[:1], settings=wrong,
+                                 timeout_s=5)  # fmt: skip
+        with pytest.raises(KafkaBrokerError):  # plaintext clients are not served
+            kafka_client.produce(config.bootstrap, "scram", records[:1], timeout_s=5)
+    finally:
+        kafka_broker.stop(config)
+    broker_log = config.log_file.read_text(errors="replace")
+    for secret in (password, security.broker_password, cert.password):
+        assert secret not in broker_log
+    assert (config.root / "server.properties").stat().st_mode & 0o077 == 0
