@@ -80,9 +80,20 @@ def hopping(
 
 
 def sessions(
-    ts: np.ndarray, values: pa.Array, gaps: np.ndarray, aggs: list[str], keys: object = None
+    ts: np.ndarray,
+    values: pa.Array,
+    gaps: np.ndarray,
+    aggs: list[str],
+    keys: object = None,
+    max_length: int | None = None,
 ) -> pa.Table:
-    """A row opens a session when its ts is past max(ts + gap) of every earlier row of its key."""
+    """A row opens a session when its ts is past max(ts + gap) of every earlier row of its key.
+
+    With ``max_length`` (ns) the rows are walked one by one per key in a recursive
+    CTE: a row opens a session when it is past the open session's end (the max of
+    ts + gap over its rows) or more than ``max_length`` after its first row."""
+    if max_length is not None:
+        return _capped_sessions(ts, values, gaps, aggs, keys, max_length)
     rows = frame_table(ts, values, keys).append_column("gap", pa.array(gaps, pa.int64()))
     con = duckdb.connect()
     con.register("rows", rows)
@@ -95,6 +106,39 @@ def sessions(
             FROM kept),
         numbered AS (
             SELECT *, sum(opens) OVER (PARTITION BY k ORDER BY ts, rid) AS sid FROM flagged)
+        SELECT k, min(ts) AS s, max(ts + gap) AS e, {_aggs_sql(aggs)}
+        FROM numbered GROUP BY k, sid ORDER BY k NULLS LAST, s
+    """
+    return con.sql(sql).to_arrow_table()
+
+
+def _capped_sessions(
+    ts: np.ndarray,
+    values: pa.Array,
+    gaps: np.ndarray,
+    aggs: list[str],
+    keys: object,
+    max_length: int,
+) -> pa.Table:
+    rows = frame_table(ts, values, keys).append_column("gap", pa.array(gaps, pa.int64()))
+    con = duckdb.connect()
+    con.register("rows", rows)
+    opens = f"(o.ts > w.fin OR o.ts - w.start > {max_length})"
+    sql = f"""
+        WITH RECURSIVE ordered AS (
+            SELECT *, row_number() OVER (PARTITION BY k ORDER BY ts, rid) AS rn
+            FROM rows WHERE gap > 0),
+        walk(k, rn, sid, start, fin) AS (
+            SELECT k, rn, 1, ts, ts + gap FROM ordered WHERE rn = 1
+            UNION ALL
+            SELECT o.k, o.rn,
+                   CASE WHEN {opens} THEN w.sid + 1 ELSE w.sid END,
+                   CASE WHEN {opens} THEN o.ts ELSE w.start END,
+                   CASE WHEN {opens} THEN o.ts + o.gap ELSE greatest(w.fin, o.ts + o.gap) END
+            FROM walk w JOIN ordered o ON o.k IS NOT DISTINCT FROM w.k AND o.rn = w.rn + 1),
+        numbered AS (
+            SELECT o.*, w.sid FROM ordered o
+            JOIN walk w ON o.k IS NOT DISTINCT FROM w.k AND o.rn = w.rn)
         SELECT k, min(ts) AS s, max(ts + gap) AS e, {_aggs_sql(aggs)}
         FROM numbered GROUP BY k, sid ORDER BY k NULLS LAST, s
     """

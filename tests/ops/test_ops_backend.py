@@ -83,8 +83,9 @@ def test_kernels_built_from_other_sources_are_refused(
 
 @pytest.mark.parametrize("backend", ["mojo"], indirect=True)
 def test_kernels_of_another_abi_version_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loader, "ABI_VERSION", loader.ABI_VERSION + 1)
-    _refused(monkeypatch, "ABI version 1, this featureflow speaks 2")
+    built = loader.ABI_VERSION
+    monkeypatch.setattr(loader, "ABI_VERSION", built + 1)
+    _refused(monkeypatch, f"ABI version {built}, this featureflow speaks {built + 1}")
 
 
 @pytest.mark.parametrize("backend", ["mojo"], indirect=True)

@@ -26,7 +26,7 @@ from featureflow_kernels.order import group_rows
 from featureflow_kernels.agg.outputs import outs_for, pack_levels
 from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.support import sessions_in_order_supported, stream_supported
-from featureflow_kernels.sessions._generic import sessions_generic
+from featureflow_kernels.sessions._generic import joins, sessions_generic
 from featureflow_kernels.sessions._in_order import SREC, sessions_in_order
 from featureflow_kernels.sessions._by_close import sessions_by_close
 
@@ -45,13 +45,15 @@ def sessions_scratch_bytes(n: Int, ngroups: Int) -> Int:
 
 def sessions(d: I64P) raises -> Int:
     """Descriptor: header, gap (ns; 0 with per-row gaps), per-row gap addr
-    (int64 ns, 0: none), naggs, out key codes (int32), out session starts,
-    out session ends (int64 ns), then naggs columns (capacity n), then the
-    scratch addr and bytes (`sessions_in_order_scratch_bytes` suffices for keyed
-    input in ts order with a fixed gap and no std/var/count_distinct; otherwise
-    it returns -1 unless it has `sessions_scratch_bytes`). Spark's session_window: a key's rows in ts order;
-    a row joins the open session when ts <= its end (the max of ts + gap over
-    its rows), else it opens a new one. Rows with a per-row gap must have
+    (int64 ns, 0: none), max length (ns; 0: none), naggs, out key codes (int32),
+    out session starts, out session ends (int64 ns), then naggs columns
+    (capacity n), then the scratch addr and bytes (`sessions_in_order_scratch_bytes`
+    suffices for keyed input in ts order with a fixed gap and no
+    std/var/count_distinct; otherwise it returns -1 unless it has
+    `sessions_scratch_bytes`). Spark's session_window with a length cap: a key's
+    rows in ts order; a row joins the open session when ts <= its end (the max of
+    ts + gap over its rows) and, with a max length, ts - start <= max length
+    (`joins`); else it opens a new one. Rows with a per-row gap must have
     gap > 0 (the caller drops the others). Returns the number of sessions.
 
     Sessions are disjoint, so each is aggregated directly over its contiguous
@@ -60,19 +62,20 @@ def sessions(d: I64P) raises -> Int:
     var inp = read_inputs(d)
     var gap = Int(d[unsafe_offset=HEADER])
     var gap_addr = Int(d[unsafe_offset=HEADER + 1])
-    var naggs = Int(d[unsafe_offset=HEADER + 2])
-    var out_code = I32P(unsafe_from_address=Int(d[unsafe_offset=HEADER + 3]))
-    var out_start = i64p(Int(d[unsafe_offset=HEADER + 4]))
-    var out_end = i64p(Int(d[unsafe_offset=HEADER + 5]))
-    var cols = read_columns(d, HEADER + 6, naggs)
+    var max_len = Int(d[unsafe_offset=HEADER + 2])
+    var naggs = Int(d[unsafe_offset=HEADER + 3])
+    var out_code = I32P(unsafe_from_address=Int(d[unsafe_offset=HEADER + 4]))
+    var out_start = i64p(Int(d[unsafe_offset=HEADER + 5]))
+    var out_end = i64p(Int(d[unsafe_offset=HEADER + 6]))
+    var cols = read_columns(d, HEADER + 7, naggs)
     var n = inp.n
     if n == 0:
         return 0
     if not stream_supported(cols):
         return sessions_generic(d)
     var g = inp.ngroups if inp.codes != 0 else 1
-    var scratch_addr = Int(d[unsafe_offset=HEADER + 6 + 4 * naggs])
-    var scratch_size = Int(d[unsafe_offset=HEADER + 7 + 4 * naggs])
+    var scratch_addr = Int(d[unsafe_offset=HEADER + 7 + 4 * naggs])
+    var scratch_size = Int(d[unsafe_offset=HEADER + 8 + 4 * naggs])
     var bump = Bump(scratch_addr, scratch_size)
     var fits = scratch_size >= sessions_in_order_scratch_bytes(n, g)
     if inp.codes != 0 and gap_addr == 0 and fits and sessions_in_order_supported(cols):
@@ -89,9 +92,11 @@ def sessions(d: I64P) raises -> Int:
             if o.first == 0 and o.last == 0:
                 var perm = I32P(unsafe_from_address=bump.take(4 * n))
                 var tmp = bump.take(8 * n)
-                m = sessions_by_close(inp, gap, o, out_code, out_start, out_end, st, lev, perm, tmp)
+                m = sessions_by_close(
+                    inp, gap, max_len, o, out_code, out_start, out_end, st, lev, perm, tmp
+                )
             else:
-                m = sessions_in_order(inp, gap, o, out_code, out_start, out_end, st, lev)
+                m = sessions_in_order(inp, gap, max_len, o, out_code, out_start, out_end, st, lev)
             for i in range(m, (m + 7) // 8 * 8):
                 lev[unsafe_offset=i] = 0
             for ref c in cols:
@@ -119,7 +124,7 @@ def sessions(d: I64P) raises -> Int:
             var row = Int(gr.perm[unsafe_offset=p]) if gr.has_perm else p
             var end = t0 + (gap if gap_addr == 0 else Int(gaps[unsafe_offset=row]))
             p += 1
-            while p < b and Int(sts[unsafe_offset=p]) <= end:
+            while p < b and joins(Int(sts[unsafe_offset=p]), t0, end, max_len):
                 if gap_addr == 0:
                     end = max(end, Int(sts[unsafe_offset=p]) + gap)
                 else:

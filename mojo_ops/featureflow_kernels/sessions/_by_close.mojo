@@ -78,6 +78,7 @@ def permute_as[dt: DType](addr: Int, perm: I32P, m: Int, tmp: Int):
 def sessions_by_close(
     inp: Inputs,
     gap: Int,
+    max_len: Int,
     o: Outs,
     out_code: I32P,
     out_start: I64P,
@@ -90,7 +91,8 @@ def sessions_by_close(
     """Keyed ts-ordered sessions without first/last (see the comment above); `st`
     holds 8 * SREC bytes a key (start, end (NO_END: none open), count, sum, sum
     compensation, min, max, sessions closed), `perm` 4 bytes and `tmp` 8 bytes a
-    session. Returns the number of sessions."""
+    session. A row opens a session past the open one's end or, with a max length
+    (`max_len` > 0, ns), when ts - start > max_len. Returns the number of sessions."""
     var n = inp.n
     var g = inp.ngroups
     var ts = inp.ts
@@ -109,7 +111,8 @@ def sessions_by_close(
         var s = c * SREC
         var t = ts[unsafe_offset=i]
         var end = st[unsafe_offset=s + 1]
-        if end == NO_END or t > end:
+        var too_long = max_len != 0 and t - st[unsafe_offset=s] > Int64(max_len)
+        if end == NO_END or t > end or too_long:
             if end != NO_END:
                 close_session(st, s, c, m, o, out_code, out_start, out_end, lev)
                 m += 1

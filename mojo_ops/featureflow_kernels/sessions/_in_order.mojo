@@ -2,8 +2,9 @@
 max, first, last): no grouping copy of the rows. As each key's rows arrive in
 ts order, a row opens a session exactly when it is the key's first or its ts
 is past the key's current end (the end is always the last row's ts + gap).
-Pass 1 counts each key's sessions (16 bytes of state a key), a prefix over the
-keys gives each key its first output slot (codes are in key order), and
+A row also opens one when it would make the session longer than the max
+length (ts - start > max length, when one is given). Pass 1 counts each key's
+sessions (24 bytes of state a key: count, end, start), a prefix over the keys gives each key its first output slot (codes are in key order), and
 pass 2 aggregates each key's open session in its 64-byte state, writing it to
 its slot when the next one opens (or at the end). Both passes read the
 inputs sequentially; only the key states are touched at random (prefetched).
@@ -51,6 +52,7 @@ def flush_session(st: I64P, s: Int, o: Outs, out_end: I64P, lev: U8P):
 def sessions_in_order(
     inp: Inputs,
     gap: Int,
+    max_len: Int,
     o: Outs,
     out_code: I32P,
     out_start: I64P,
@@ -59,7 +61,10 @@ def sessions_in_order(
     lev: U8P,
 ) -> Int:
     """Keyed ts-ordered sessions (see the section comment); `st` holds 8 * SREC
-    bytes a key. Returns the number of sessions."""
+    bytes a key. A row opens a session past the open one's end or, with a max
+    length (`max_len` > 0, ns), when ts - start > max_len: pass 1 keeps the open
+    session's start in word 2, pass 2 reads it from `out_start`. Returns the
+    number of sessions."""
     var n = inp.n
     var g = inp.ngroups
     var ts = inp.ts
@@ -74,8 +79,13 @@ def sessions_in_order(
             )
         var s = Int(codes[unsafe_offset=i]) * SREC
         var t = ts[unsafe_offset=i]
-        if st[unsafe_offset=s] == 0 or t > st[unsafe_offset=s + 1]:
+        if (
+            st[unsafe_offset=s] == 0
+            or t > st[unsafe_offset=s + 1]
+            or (max_len != 0 and t - st[unsafe_offset=s + 2] > Int64(max_len))
+        ):
             st[unsafe_offset=s] += 1
+            st[unsafe_offset=s + 2] = t
         st[unsafe_offset=s + 1] = t + Int64(gap)
     var m = 0
     for k in range(g):
@@ -91,7 +101,11 @@ def sessions_in_order(
         var s = c * SREC
         var t = ts[unsafe_offset=i]
         var j = Int(st[unsafe_offset=s])
-        if j < 0 or t > st[unsafe_offset=s + 1]:
+        if (
+            j < 0
+            or t > st[unsafe_offset=s + 1]
+            or (max_len != 0 and t - out_start[unsafe_offset=j] > Int64(max_len))
+        ):
             if j < 0:
                 j = -1 - j
             else:

@@ -148,9 +148,14 @@ def hopping(
 
 
 def sessions(
-    ts: object, values: object, gap: object, aggs: object, keys: object = None
+    ts: object,
+    values: object,
+    gap: object,
+    aggs: object,
+    keys: object = None,
+    max_length: object = None,
 ) -> pa.Table:
-    """Session windows with Spark's ``session_window(ts, gap)`` semantics.
+    """Session windows with Spark's ``session_window(ts, gap)`` semantics, optionally capped.
 
     A key's rows are taken in ts order; a row joins the open session when
     its ts is <= the session's end, the max of ``ts + gap`` over the
@@ -158,13 +163,22 @@ def sessions(
     ``gap`` is a duration or a per-row array (int64 ns or Arrow duration):
     rows whose gap is null or <= 0 are dropped, as in Spark.
 
+    ``max_length`` (a duration; None: no cap, Spark's semantics) bounds how long a
+    session lasts: a row with ``ts - session_start > max_length`` (strictly, ns)
+    does not join even within the gap; it opens the next session. So every
+    session's last row is at most ``max_length`` after its first (a row exactly
+    ``max_length`` after the start still joins), and a key whose rows never
+    pause for a gap gets sessions of at most that length, back to back.
+
     Returns:
         Columns ``key`` (only with keys), ``session_start`` (first ts),
-        ``session_end`` (max ts + gap) as timestamp[ns, UTC], then one
-        column per agg, named after the agg; sorted by key, session_start.
+        ``session_end`` (max ts + gap over its rows, also when the cap closed it)
+        as timestamp[ns, UTC], then one column per agg, named after the agg;
+        sorted by key, session_start.
     """
     s = _inputs.keys_in_order(_inputs.series(ts, values, keys, _key_encoder()))
     names = parse_aggs(aggs)
+    max_ns = None if max_length is None else duration_ns(max_length, "max_length")
     gaps: np.ndarray | None = None
     gap_ns = 0
     if isinstance(gap, pa.Array | pa.ChunkedArray | np.ndarray):
@@ -182,7 +196,7 @@ def sessions(
         s,
         names,
         columns,
-        lambda rows, aggs, cols: impl.sessions(rows, gap_ns, gaps, aggs, bounds, cols),
+        lambda rows, aggs, cols: impl.sessions(rows, gap_ns, gaps, max_ns, aggs, bounds, cols),
     )
     leading = bounds.leading(m, s.key_values, ("session_start", "session_end"))
     return _tables.table(columns, m, leading)

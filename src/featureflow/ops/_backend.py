@@ -50,6 +50,7 @@ class Backend(Protocol):
         s: Series,
         gap: int,
         gaps: np.ndarray | None,
+        max_length: int | None,
         aggs: list[str],
         bounds: WindowBounds,
         columns: list[OutputColumn],

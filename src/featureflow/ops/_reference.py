@@ -253,6 +253,7 @@ class ReferenceBackend:
         s: Series,
         gap: int,
         gaps: np.ndarray | None,
+        max_length: int | None,
         aggs: list[str],
         bounds: WindowBounds,
         columns: list[OutputColumn],
@@ -261,20 +262,63 @@ class ReferenceBackend:
             return 0
         srt = sort_rows(s)
         reach = srt.ts + (gap if gaps is None else gaps[srt.perm])  # ts + gap per row
-        new = np.zeros(s.n, dtype=bool)
-        for a, b in zip(srt.starts[:-1], srt.starts[1:], strict=True):
-            if a == b:
-                continue
-            # a row opens a session when it is past every earlier row's reach:
-            # earlier sessions all ended before the current one started
-            before = np.maximum.accumulate(reach[a:b])
-            new[a] = True
-            new[a + 1 : b] = srt.ts[a + 1 : b] > before[:-1]
+        if max_length and gaps is not None:
+            new = _session_openers(srt, reach, max_length)
+        else:
+            new = _gap_openers(srt, reach)
+            if max_length:
+                _split_long(srt.ts, new, max_length)
         lo = np.flatnonzero(new)
         hi = np.append(lo[1:], s.n)
         seg = np.repeat(np.arange(len(srt.starts) - 1), np.diff(srt.starts))
         ends = np.maximum.reduceat(reach, lo)
         return _fill(bounds, columns, srt, aggs, lo, hi, seg[lo], srt.ts[lo], ends)
+
+
+def _gap_openers(srt: Sorted, reach: np.ndarray) -> np.ndarray:
+    """Which sorted rows open a session without a max length (bool per row)."""
+    new = np.zeros(len(reach), dtype=bool)
+    for a, b in zip(srt.starts[:-1], srt.starts[1:], strict=True):
+        if a == b:
+            continue
+        # a row opens a session when it is past every earlier row's reach:
+        # earlier sessions all ended before the current one started
+        before = np.maximum.accumulate(reach[a:b])
+        new[a] = True
+        new[a + 1 : b] = srt.ts[a + 1 : b] > before[:-1]
+    return new
+
+
+def _split_long(ts: np.ndarray, new: np.ndarray, max_length: int) -> None:
+    """Fixed gap: cut each run of rows ``new`` marks (sorted ts, one key each) into
+    sessions no longer than ``max_length`` ns: from a session's first row at t0, the
+    first row with ts - t0 > max_length opens the next one. A fixed gap's reach
+    only grows along a run, so the gap splits are the same with the cap."""
+    lo = np.flatnonzero(new)
+    hi = np.append(lo[1:], len(ts))
+    for a, b in zip(lo, hi, strict=True):
+        if ts[b - 1] - ts[a] <= max_length:
+            continue  # most runs: one session
+        p = int(a)
+        while p < b:
+            new[p] = True
+            p += int(np.searchsorted(ts[p:b], ts[p] + max_length, side="right"))
+
+
+def _session_openers(srt: Sorted, reach: np.ndarray, max_length: int) -> np.ndarray:
+    """Per-row gaps with a max length, row by row: a row opens a session unless
+    ts <= the open session's end (max reach of its rows) and ts - start <= max_length."""
+    new = np.zeros(len(reach), dtype=bool)
+    ts, rs = srt.ts.tolist(), reach.tolist()
+    for a, b in zip(srt.starts[:-1].tolist(), srt.starts[1:].tolist(), strict=True):
+        start = end = 0
+        for p in range(a, b):
+            if p == a or ts[p] > end or ts[p] - start > max_length:
+                new[p] = True
+                start, end = ts[p], rs[p]
+            else:
+                end = max(end, rs[p])
+    return new
 
 
 def _fill(

@@ -189,11 +189,12 @@ class NativeBackend:
         s: Series,
         gap: int,
         gaps: np.ndarray | None,
+        max_length: int | None,
         aggs: list[str],
         bounds: WindowBounds,
         columns: list[OutputColumn],
     ) -> int:
-        words = descriptor.sessions(s, gap, gaps, len(aggs), bounds, columns)
+        words = descriptor.sessions(s, gap, gaps, max_length, len(aggs), bounds, columns)
         in_order = planning.sessions_may_stream(s, gaps, aggs)
         sizes = [self._scratch("sessions_in_order", s.n, s.ngroups)] if in_order else []
         for size in [*sizes, self._scratch("sessions", s.n, s.ngroups)]:

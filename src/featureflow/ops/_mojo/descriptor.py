@@ -79,11 +79,13 @@ def sessions(
     s: Series,
     gap: int,
     gaps: np.ndarray | None,
+    max_length: int | None,
     naggs: int,
     bounds: WindowBounds,
     columns: list[OutputColumn],
 ) -> list[int]:
-    """``sessions``' descriptor without its two trailing scratch words."""
+    """``sessions``' descriptor without its two trailing scratch words (max length
+    0: none)."""
     gaps_addr = 0 if gaps is None else int(gaps.ctypes.data)
-    words = [*header(s), 0 if gaps is not None else gap, gaps_addr, naggs]
+    words = [*header(s), 0 if gaps is not None else gap, gaps_addr, max_length or 0, naggs]
     return words + bounds.words() + column_words(columns)
