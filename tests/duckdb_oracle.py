@@ -120,6 +120,7 @@ SESSION_AGGREGATES = {  # feature: (featureflow function, DuckDB expression)
     "session_amount_mean": ("mean", "avg(amount)"),
     "session_amount_max": ("max", "max(amount)"),
 }
+SESSION_MAX_LENGTH_S = 86_400  # featureflow.repo.DEFAULT_SESSION_MAX_LENGTH_NS, written again
 SESSIONS_SPEC = dataclasses.replace(
     EXAMPLE_SPEC,
     name="user_sessions",
@@ -128,32 +129,62 @@ SESSIONS_SPEC = dataclasses.replace(
         for name, (function, _) in SESSION_AGGREGATES.items()
     ),
     session_gap_ns=SESSION_GAP_S * 10**9,
+    session_max_length_ns=SESSION_MAX_LENGTH_S * 10**9,
 )
 """The example repo's ``user_sessions`` as the job sees it (without a watermark)."""
 
 
-def sessions(events: pa.Table, gap_s: int = SESSION_GAP_S) -> pa.Table:
-    """Gaps and islands: an event more than ``gap`` after its predecessor opens a session.
+def sessions(
+    events: pa.Table, gap_s: int = SESSION_GAP_S, max_length_s: int = SESSION_MAX_LENGTH_S
+) -> pa.Table:
+    """Gaps and islands, then each island cut to at most ``max_length_s``.
 
-    With a constant gap this is Spark's ``session_window`` (an event at exactly
-    the previous event + gap joins). Columns: user_id, start_ns, last_ns, the
-    session features; sorted by user_id, start_ns.
+    An event more than ``gap`` after its predecessor starts an island (with a
+    constant gap, Spark's ``session_window``: an event at exactly the previous
+    event + gap joins). An island no longer than the max length is one session;
+    a longer one is walked event by event (a recursive CTE): an event more than
+    the max length after its session's first event (strictly) starts the next
+    session. Columns: user_id, start_ns, last_ns, the session features; sorted by
+    user_id, start_ns.
     """
     aggregates = ", ".join(f"{sql} AS {name}" for name, (_, sql) in SESSION_AGGREGATES.items())
+    max_ns = max_length_s * 10**9
     con = duckdb.connect()
     con.register("events", events)
     return con.sql(
         f"""
-        WITH marked AS (
+        WITH RECURSIVE marked AS (
           SELECT *, CASE WHEN event_ns - lag(event_ns) OVER w > {gap_s * 10**9}
                          OR lag(event_ns) OVER w IS NULL THEN 1 ELSE 0 END AS opens
           FROM events WINDOW w AS (PARTITION BY user_id ORDER BY event_ns)
-        ), numbered AS (
+        ), islands AS (
           SELECT *, sum(opens) OVER (PARTITION BY user_id ORDER BY event_ns
-                                     ROWS UNBOUNDED PRECEDING) AS session
+                                     ROWS UNBOUNDED PRECEDING) AS island
           FROM marked
+        ), long_islands AS (
+          SELECT user_id, island FROM islands GROUP BY user_id, island
+          HAVING max(event_ns) - min(event_ns) > {max_ns}
+        ), long_rows AS (
+          SELECT i.user_id, i.island, i.event_ns,
+                 row_number() OVER (PARTITION BY i.user_id, i.island ORDER BY i.event_ns) AS rn
+          FROM islands i JOIN long_islands l ON i.user_id = l.user_id AND i.island = l.island
+        ), walk(user_id, island, rn, piece, start_ns) AS (
+          SELECT user_id, island, rn, 1, event_ns FROM long_rows WHERE rn = 1
+          UNION ALL
+          SELECT r.user_id, r.island, r.rn,
+                 w.piece + CASE WHEN r.event_ns - w.start_ns > {max_ns} THEN 1 ELSE 0 END,
+                 CASE WHEN r.event_ns - w.start_ns > {max_ns} THEN r.event_ns ELSE w.start_ns END
+          FROM walk w JOIN long_rows r
+            ON r.user_id = w.user_id AND r.island = w.island AND r.rn = w.rn + 1
+        ), pieces AS (
+          SELECT DISTINCT user_id, island, piece, start_ns FROM walk
+        ), numbered AS (
+          SELECT i.*, coalesce((SELECT max(p.piece) FROM pieces p
+                                WHERE p.user_id = i.user_id AND p.island = i.island
+                                  AND p.start_ns <= i.event_ns), 1) AS piece
+          FROM islands i
         )
         SELECT user_id, min(event_ns) AS start_ns, max(event_ns) AS last_ns, {aggregates}
-        FROM numbered GROUP BY user_id, session ORDER BY user_id, start_ns
+        FROM numbered GROUP BY user_id, island, piece ORDER BY user_id, start_ns
         """
     ).to_arrow_table()

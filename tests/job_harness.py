@@ -15,13 +15,20 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from duckdb_oracle import FEATURE_NAMES, SESSION_AGGREGATES, SESSION_GAP_S, sessions
+from duckdb_oracle import (
+    FEATURE_NAMES,
+    SESSION_AGGREGATES,
+    SESSION_GAP_S,
+    SESSION_MAX_LENGTH_S,
+    sessions,
+)
 
 from featureflow.events import sample
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 GAP_NS = SESSION_GAP_S * 10**9
+MAX_LENGTH_NS = SESSION_MAX_LENGTH_S * 10**9  # the example repo's: the default
 WATERMARK_DELAY_NS = 5 * 60 * 10**9  # the example repo's watermark_delay_threshold
 
 
@@ -116,7 +123,8 @@ def assert_sessions_equal(repo: Path, events: pa.Table, watermark_ns: int | None
     """``user_sessions`` online and offline equal DuckDB's sessions of ``events``.
 
     Online: each user's latest session. Offline: every session the final
-    watermark has closed, each exactly once; ``watermark_ns`` defaults to the
+    watermark has closed (past its last event + gap, or past its first event + the
+    max session length), each exactly once; ``watermark_ns`` defaults to the
     latest event time minus the delay (one Kafka partition, or partitions that
     end together).
     """
@@ -149,7 +157,10 @@ def assert_sessions_equal(repo: Path, events: pa.Table, watermark_ns: int | None
         if watermark_ns is None
         else watermark_ns
     )
-    closed = oracle.filter(pa.array(last_ns + GAP_NS < watermark))
+    start_ns = oracle.column("start_ns").to_numpy()
+    closed = oracle.filter(
+        pa.array((last_ns + GAP_NS < watermark) | (start_ns + MAX_LENGTH_NS < watermark))
+    )
     history = read_history(str(repo / "data" / "offline"), "user_sessions")
     assert history.num_rows == closed.num_rows, "every closed session exactly once"
     got_ns = history.column("event_timestamp").cast("int64").to_numpy() * 1000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb_oracle
 import numpy as np
 import pyarrow as pa
@@ -44,11 +46,22 @@ def test_latest_per_entity_takes_the_latest_event_and_the_later_row_on_ties() ->
     assert latest.to_pydict() == {"user_id": [1, 2], "event_ns": [9, 1], "value": [40, 20]}
 
 
-@pytest.mark.parametrize(("n", "users", "seed"), [(3000, 40, 4), (400, 2, 5), (1, 1, 6)])
-def test_session_features_equal_duckdb_gaps_and_islands(n: int, users: int, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("n", "users", "seed", "max_length_s"),
+    [(3000, 40, 4, 86_400), (400, 2, 5, 86_400), (1, 1, 6, 86_400), (3000, 3, 7, 1_800),
+     (3000, 5, 8, 3_600)],
+)  # fmt: skip
+def test_session_features_equal_duckdb_gaps_and_islands(
+    n: int, users: int, seed: int, max_length_s: int
+) -> None:
+    """Sessions of the sample events (a short max length: busy users' islands are cut)."""
     events = events_table(sample.generate(n, users=users, seed=seed, end_ns=END_NS))
-    ours = features.session_features(events, SESSIONS_SPEC)
-    oracle = duckdb_oracle.sessions(events)
+    spec = dataclasses.replace(SESSIONS_SPEC, session_max_length_ns=max_length_s * 10**9)
+    ours = features.session_features(events, spec)
+    oracle = duckdb_oracle.sessions(events, max_length_s=max_length_s)
+    uncapped = duckdb_oracle.sessions(events, max_length_s=10**9)
+    if max_length_s < 86_400:
+        assert oracle.num_rows > uncapped.num_rows, "the cap cut some island"
     assert ours.num_rows == oracle.num_rows
     assert ours.column("user_id").to_pylist() == oracle.column("user_id").to_pylist()
     assert ours.column("event_ns").to_pylist() == oracle.column("last_ns").to_pylist()
@@ -75,6 +88,16 @@ def test_an_event_exactly_one_gap_after_the_last_joins_the_session() -> None:
     assert out["session_events"] == [1, 2]  # count skips the null amount
     assert out["session_amount_max"] == [1.0, 4.0]
     assert out[SESSION_DURATION] == [gap / 1e9, 0.0]
+
+
+def test_a_never_idle_user_closes_a_session_every_max_length() -> None:
+    minute = 60 * 10**9
+    ts = np.arange(0, 30 * 3600 * 10**9, 3 * minute, dtype=np.int64)  # every 3 min for 30 h
+    events = pa.table({"user_id": np.full(len(ts), 7), "event_ns": ts, "amount": np.ones(len(ts))})
+    out = features.session_features(events, SESSIONS_SPEC).to_pydict()
+    day = SESSIONS_SPEC.session_max_length_ns
+    assert out["session_events"] == [day // (3 * minute) + 1, len(ts) - day // (3 * minute) - 1]
+    assert out[SESSION_DURATION][0] == day / 1e9  # an event exactly max length in joins
 
 
 def test_a_session_view_has_no_per_event_rolling_features() -> None:

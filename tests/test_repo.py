@@ -14,7 +14,13 @@ from feast.value_type import ValueType
 
 from featureflow.errors import RepoError
 from featureflow.events.avro import TRANSACTION_SCHEMA
-from featureflow.repo import SESSION_DURATION, SESSION_START, stream_view_spec
+from featureflow.repo import (
+    DEFAULT_SESSION_MAX_LENGTH_NS,
+    SESSION_DURATION,
+    SESSION_MAX_LENGTH_TAG,
+    SESSION_START,
+    stream_view_spec,
+)
 
 USER = Entity(name="user", join_keys=["user_id"], value_type=ValueType.INT64)
 GAP = timedelta(minutes=30)
@@ -66,6 +72,15 @@ def test_a_session_view_takes_the_gap_and_names_from_its_aggregations() -> None:
     )
     assert spec.is_session_view and spec.session_gap_ns == 1800 * 10**9
     assert spec.feature_names == (SESSION_START, SESSION_DURATION, "n")
+    assert spec.session_max_length_ns == DEFAULT_SESSION_MAX_LENGTH_NS == 86_400 * 10**9
+    assert spec.state_horizon_ns == spec.session_max_length_ns
+
+
+def test_a_session_view_takes_its_max_length_from_a_tag() -> None:
+    aggregation = Aggregation(column="amount", function="count", time_window=GAP, name="n")
+    tags = {"featureflow.window": "session", SESSION_MAX_LENGTH_TAG: "90m"}
+    spec = stream_view_spec(_view([aggregation], _session_fields(), tags=tags))
+    assert spec.session_max_length_ns == 90 * 60 * 10**9
 
 
 @pytest.mark.parametrize(
@@ -89,6 +104,24 @@ def test_a_session_view_takes_the_gap_and_names_from_its_aggregations() -> None:
             [Field(name="n", dtype=Int64)],
             {"featureflow.window": "tumbling"},
             "'tumbling' is unknown",
+        ),
+        (
+            [Aggregation(column="amount", function="count", time_window=GAP, name="n")],
+            _session_fields(),
+            {"featureflow.window": "session", "featureflow.session_max_length": "a day"},
+            "featureflow.session_max_length: cannot parse duration 'a day'",
+        ),
+        (
+            [Aggregation(column="amount", function="count", time_window=GAP, name="n")],
+            _session_fields(),
+            {"featureflow.window": "session", "featureflow.session_max_length": "0h"},
+            "duration must be positive",
+        ),
+        (
+            [Aggregation(column="amount", function="count", time_window=GAP)],
+            [Field(name="count_amount_1800s", dtype=Int64)],
+            {"featureflow.session_max_length": "2h"},
+            "applies to session views only",
         ),
     ],
 )  # fmt: skip

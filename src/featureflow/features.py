@@ -78,10 +78,11 @@ def session_features(
 ) -> pa.Table:
     """Every session of a session view's events, with its aggregations.
 
-    Sessions follow :func:`featureflow.ops.sessions` (Spark's ``session_window``):
-    per entity in time order, an event joins the open session when its time is
-    <= the session's last event time + ``spec.session_gap_ns``; otherwise it
-    opens a new session. Input rows may come in any order.
+    Sessions follow :func:`featureflow.ops.sessions` (Spark's ``session_window``
+    with a length cap): per entity in time order, an event joins the open session
+    when its time is <= the session's last event time + ``spec.session_gap_ns``
+    and at most ``spec.session_max_length_ns`` after the session's first event;
+    otherwise it opens a new session. Input rows may come in any order.
 
     Returns:
         One row per session, sorted by entity then session start: the join key,
@@ -99,7 +100,14 @@ def session_features(
     outputs: dict[str, pa.ChunkedArray] = {}
     for column, wanted in _aggregations_by_column(spec).items():
         functions = list(dict.fromkeys(agg.function for agg in wanted))
-        computed = ops.sessions(ts, events.column(column), spec.session_gap_ns, functions, keys)
+        computed = ops.sessions(
+            ts,
+            events.column(column),
+            spec.session_gap_ns,
+            functions,
+            keys,
+            max_length=spec.session_max_length_ns,
+        )
         # Session bounds depend on keys and times only, so every column's are the same.
         leading = leading or computed
         for aggregation in wanted:

@@ -26,6 +26,17 @@ objects: every ``Aggregation``'s ``time_window`` is the session gap (the same fo
 all), its ``name`` the feature, and the schema also declares the two fields every
 session view gets, :data:`SESSION_START` and :data:`SESSION_DURATION`."""
 
+SESSION_MAX_LENGTH_TAG = "featureflow.session_max_length"
+"""Tag of a session view: the longest a session may last, a duration such as ``"24h"``,
+``"90m"`` or ``"2d"`` (:func:`featureflow.ops.sessions`' ``max_length``). An event more
+than this after its session's first event (strictly; ns) opens a new session even
+within the gap. Default :data:`DEFAULT_SESSION_MAX_LENGTH_NS`."""
+
+DEFAULT_SESSION_MAX_LENGTH_NS = 86_400 * NS_PER_S
+"""A session view's maximum session length without the tag: 24 h (ns). It bounds the
+stream job's state: an entity that is never idle for a gap still closes a session a
+day, so the state holds at most a day (plus the watermark delay) of its events."""
+
 SESSION_START = "session_start"
 """Feature of a session view: time of the session's first event (timestamp, UTC)."""
 
@@ -82,6 +93,10 @@ class StreamViewSpec:
     session_gap_ns: int | None = None
     """Set for a session view (tag ``featureflow.window: session``): the inactivity gap
     (ns) that closes a session; its aggregations cover whole sessions, not windows."""
+    session_max_length_ns: int = DEFAULT_SESSION_MAX_LENGTH_NS
+    """Session view: the longest a session lasts (ns, tag :data:`SESSION_MAX_LENGTH_TAG`);
+    an event with ``t - session_start > session_max_length_ns`` opens a new session.
+    Ignored by rolling views."""
 
     @property
     def is_session_view(self) -> bool:
@@ -92,12 +107,12 @@ class StreamViewSpec:
         """How far before the watermark the events of a future frame can reach (ns).
 
         Rolling views: the largest window (a tiled frame starts up to one hop
-        earlier). Session views: the gap; a session can reach further back, so the
-        stream job keeps the events of open sessions instead
-        (:func:`featureflow.spark.online_sink.session_outputs`).
+        earlier). Session views: the maximum session length; the stream job keeps
+        the events of open sessions (:func:`featureflow.window_state.session_outputs`),
+        and a session that started more than that before the watermark is closed.
         """
         if self.session_gap_ns is not None:
-            return self.session_gap_ns
+            return self.session_max_length_ns
         return max(self.windows_ns) + (self.tile_hop_ns or 0)
 
     @property
@@ -237,6 +252,7 @@ def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:
     return StreamViewSpec(
         tile_hop_ns=tile_hop_ns,
         session_gap_ns=session_gap_ns,
+        session_max_length_ns=_session_max_length_ns(view),
         name=view.name,
         join_key=join_keys[0],
         timestamp_field=view.timestamp_field or source.timestamp_field,
@@ -282,6 +298,26 @@ def _window_kind(
         msg = f"stream view {view.name!r}: a session view can't be tiled (enable_tiling=True)"
         raise RepoError(msg)
     return None, gaps.pop()
+
+
+def _session_max_length_ns(view: StreamFeatureView) -> int:
+    """The view's :data:`SESSION_MAX_LENGTH_TAG` in ns, or the default."""
+    from featureflow.ops._durations import duration_ns
+
+    tags = view.tags or {}
+    if SESSION_MAX_LENGTH_TAG not in tags:
+        return DEFAULT_SESSION_MAX_LENGTH_NS
+    if tags.get(SESSION_TAG) != "session":
+        msg = (
+            f"stream view {view.name!r}: tag {SESSION_MAX_LENGTH_TAG} applies to session views "
+            f"only (tag {SESSION_TAG}: session)"
+        )
+        raise RepoError(msg)
+    try:
+        return duration_ns(tags[SESSION_MAX_LENGTH_TAG], f"tag {SESSION_MAX_LENGTH_TAG}")
+    except (TypeError, ValueError) as error:
+        msg = f"stream view {view.name!r}: {error}"
+        raise RepoError(msg) from error
 
 
 def stream_view_specs(store: FeatureStore, names: list[str] | None = None) -> list[StreamViewSpec]:

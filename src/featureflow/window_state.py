@@ -149,22 +149,30 @@ def session_outputs(
     """Session view: (online rows, offline history, state to keep).
 
     A session is final once the watermark passes its end (last event + gap <
-    ``watermark_ns``): no event the job still accepts can join it. Online: each
+    ``watermark_ns``) or its length cap (first event + max length <
+    ``watermark_ns``): the job accepts only events at or after the watermark, and
+    none of those can join it (each is past the gap, or more than the max length
+    after its first event; it opens the next session, whatever the closed one held).
+    So a session closes by length as soon as the watermark allows, not only when its
+    entity's next event arrives, and the state of an entity that is never idle for a
+    gap holds at most max length + watermark delay of its events. Online: each
     touched entity's latest session, open or not, updated every batch; offline:
     the sessions that closed in this batch (each session exactly once, since a
     closed session's events leave the state); state: the events of open sessions.
 
     The kernels compute the sessions of the entities new events touch and of those
-    with an event before ``watermark - gap`` (``touched_only``; False: every
-    entity's, the same outputs): any other entity has only open sessions (each
-    ends at or after its first event + gap >= the watermark) that no new event
-    changed, so its events stay in the state as they are.
+    with an event before ``watermark - min(gap, max length)`` (``touched_only``;
+    False: every entity's, the same outputs): any other entity has only open
+    sessions (each ends at or after its first event + gap >= the watermark, and
+    its first event + max length >= the watermark) that no new event changed, so
+    its events stay in the state as they are.
     """
     assert spec.session_gap_ns is not None
+    gap, max_length = spec.session_gap_ns, spec.session_max_length_ns
     everything, is_new = in_time_order(events, new_rows)
     events, computed_rows = everything, np.ones(everything.num_rows, dtype=bool)
     if touched_only:
-        may_close = pc.less(everything.column(EVENT_NS), watermark_ns - spec.session_gap_ns)
+        may_close = pc.less(everything.column(EVENT_NS), watermark_ns - min(gap, max_length))
         closing = everything.column(spec.join_key).filter(may_close).combine_chunks()
         computed_rows = touched_rows(everything, is_new, spec.join_key, closing)
         events, is_new = everything.filter(pa.array(computed_rows)), is_new[computed_rows]
@@ -173,8 +181,9 @@ def session_outputs(
     # Without new events no entity is touched: no rows, but in the online rows' schema
     # (a partition can close sessions in a batch that brought it nothing).
     rows = online_rows(sessions, spec, entities=new_keys)
-    last_ns = sessions.column(EVENT_NS)
-    closed = pc.less(pc.add(last_ns, spec.session_gap_ns), watermark_ns)
+    last_ns = sessions.column(EVENT_NS).to_numpy()
+    start_ns = sessions.column(SESSION_START).cast(pa.int64()).to_numpy() * 1_000
+    closed = pa.array((last_ns + gap < watermark_ns) | (start_ns + max_length < watermark_ns))
     history = with_event_timestamp(sessions.filter(closed), spec)
     open_sessions = sessions.filter(pc.invert(closed))
     # Keep an event when its entity has an open session that started at or before it.

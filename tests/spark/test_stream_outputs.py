@@ -30,6 +30,11 @@ from featureflow.window_state import rolling_outputs, session_outputs
 
 DELAY_NS = 5 * 60 * 10**9
 TILED_SPEC = dataclasses.replace(EXAMPLE_SPEC, tile_hop_ns=5 * 60 * 10**9, watermark_ns=DELAY_NS)
+CAPPED_SPECS = [
+    dataclasses.replace(SESSIONS_SPEC, session_max_length_ns=minutes * 60 * 10**9)
+    for minutes in (20, 90)
+]
+"""Session views whose cap the sample's busy users reach: shorter than the gap, and longer."""
 
 
 def _run_batches(
@@ -115,16 +120,23 @@ def test_rolling_history_equals_one_pass_over_what_had_arrived(
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(0, 600), max_size=8))
-def test_every_session_is_emitted_once_and_equals_one_pass(seed: int, cuts: list[int]) -> None:
-    accepted, history, online = _run_batches(_events(seed), cuts, SESSIONS_SPEC)
-    expected = features.session_features(accepted, SESSIONS_SPEC)
+@given(
+    seed=st.integers(0, 10_000),
+    cuts=st.lists(st.integers(0, 600), max_size=8),
+    spec=st.sampled_from([SESSIONS_SPEC, *CAPPED_SPECS]),
+)
+def test_every_session_is_emitted_once_and_equals_one_pass(
+    seed: int, cuts: list[int], spec: StreamViewSpec
+) -> None:
+    """Also with a max length: a session the watermark closes by length is final."""
+    accepted, history, online = _run_batches(_events(seed), cuts, spec)
+    expected = features.session_features(accepted, spec)
     order = pc.sort_indices(history, [("user_id", "ascending"), ("session_start", "ascending")])
     history = history.take(order)
     assert history.num_rows == expected.num_rows
     assert history.column("user_id").to_pylist() == expected.column("user_id").to_pylist()
     np.testing.assert_array_equal(_timestamps_ns(history), expected.column("event_ns").to_numpy())
-    for name in SESSIONS_SPEC.feature_names:
+    for name in spec.feature_names:
         assert history.column(name).to_pylist() == expected.column(name).to_pylist(), name
     # Online: after the last batch, each user's row is the user's latest session.
     latest = features.latest_per_entity(expected, "user_id")
@@ -234,7 +246,7 @@ def _by_entity_and_time(table: pa.Table, time_column: str) -> pa.Table:
 @given(
     seed=st.integers(0, 10_000),
     cuts=st.lists(st.integers(0, 600), min_size=1, max_size=6),
-    view=st.sampled_from(["rolling", "tiled", "sessions"]),
+    view=st.sampled_from(["rolling", "tiled", "sessions", "capped"]),
     quiet=st.lists(st.integers(1, 12), max_size=8),
 )
 def test_computing_the_touched_entities_only_gives_the_outputs_of_all_entities(
@@ -245,7 +257,10 @@ def test_computing_the_touched_entities_only_gives_the_outputs_of_all_entities(
     history and state of one computation over every entity in the state. Users in
     ``quiet`` send nothing in odd batches (entities without new events); the sample has
     out-of-order events."""
-    spec = {"rolling": EXAMPLE_SPEC, "tiled": TILED_SPEC, "sessions": SESSIONS_SPEC}[view]
+    spec = {
+        "rolling": EXAMPLE_SPEC, "tiled": TILED_SPEC, "sessions": SESSIONS_SPEC,
+        "capped": CAPPED_SPECS[0],
+    }[view]  # fmt: skip
     events = _events(seed)
     state, tile_state, seen_max = events.slice(0, 0), None, None
     bounds = [0, *sorted(set(cuts)), events.num_rows]
@@ -285,3 +300,26 @@ def test_computing_the_touched_entities_only_gives_the_outputs_of_all_entities(
         assert np.all(np.diff(state.column("event_ns").to_numpy()) >= 0)  # stays time-ordered
         if not spec.is_session_view:
             tile_state = restricted[3]
+
+
+def test_a_never_idle_entity_keeps_at_most_max_length_and_delay_of_state() -> None:
+    """An entity with an event every 3 minutes for 60 hours never pauses for the gap: its
+    sessions close by length (24 h), each as soon as the watermark passes start + 24 h,
+    so the state never holds more than 24 h + the delay of its events (with ten events
+    per micro-batch) and the history holds every session once."""
+    step = 3 * 60 * 10**9
+    ts = END_NS - np.arange(60 * 20, 0, -1, dtype=np.int64) * step
+    events = pa.table({"user_id": np.full(len(ts), 7), "event_ns": ts, "amount": np.ones(len(ts))})
+    _, history, _ = _run_batches(events, list(range(10, len(ts), 10)), SESSIONS_SPEC)
+    expected = features.session_features(events, SESSIONS_SPEC)
+    assert history.num_rows == expected.num_rows == 3
+    assert history.column("session_events").to_pylist() == [481, 481, 238]
+    state, most = events.slice(0, 0), 0
+    for lo in range(0, len(ts), 10):
+        batch = events.slice(lo, 10)
+        watermark = pc.max(batch.column("event_ns")).as_py() - DELAY_NS
+        _, _, state = session_outputs(
+            pa.concat_tables([state, batch]), 10, SESSIONS_SPEC, watermark
+        )
+        most = max(most, state.num_rows)
+    assert most <= (SESSIONS_SPEC.session_max_length_ns + DELAY_NS) // step + 10

@@ -195,9 +195,16 @@ def test_hopping_forms_match_duckdb(
     gap=st.sampled_from([1, 3, 50, 10**5]),
     dynamic=st.booleans(),
     partitions=st.sampled_from([1, 3]),
+    max_length=st.sampled_from([None, 2, 50]),
 )
 def test_sessions_forms_match_duckdb(
-    spark: Any, backend: str, data: Rows, gap: int, dynamic: bool, partitions: int
+    spark: Any,
+    backend: str,
+    data: Rows,
+    gap: int,
+    dynamic: bool,
+    partitions: int,
+    max_length: int | None,
 ) -> None:
     n = len(data.ts)
     gaps = np.random.default_rng(n).integers(-2, 2 * gap, n) if dynamic else np.full(n, gap)
@@ -205,10 +212,14 @@ def test_sessions_forms_match_duckdb(
     if dynamic:  # a per-row gap column; rows with a gap <= 0 are dropped, as in Spark
         rid_gap = spark.createDataFrame(pa.table({"rid": np.arange(n), "g": gaps}))
         df = df.join(rid_gap, "rid")
-        spec = udfs.Sessions(ts="ts", value="v", key="key", gap_column="g", aggs=ALL)
+        spec = udfs.Sessions(
+            ts="ts", value="v", key="key", gap_column="g", aggs=ALL, max_length=max_length
+        )
     else:
-        spec = udfs.Sessions(ts="ts", value="v", key="key", gap=gap, aggs=ALL)
-    expected = oracle.sessions(data.ts, data.values, gaps, ALL, _keyed(data))
+        spec = udfs.Sessions(
+            ts="ts", value="v", key="key", gap=gap, aggs=ALL, max_length=max_length
+        )
+    expected = oracle.sessions(data.ts, data.values, gaps, ALL, _keyed(data), max_length)
     for form, out in _forms(spec, df, partitions).items():
         table = _sorted_windows(out.toArrow(), "session_start")
         assert table.column_names[:3] == ["key", "session_start", "session_end"], form

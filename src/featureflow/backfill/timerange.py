@@ -38,8 +38,10 @@ def day_label(day: int) -> str:
 
 
 SESSION_CONTEXT_NS = NS_PER_DAY
-"""How far before the range a session view's backfill reads (a session is a chain of
-events less than a gap apart, unbounded in principle; longer ones are cut here)."""
+"""How far before the range a session view's backfill reads at least (its max session
+length if longer): a session that ends in the range started at most a max length
+before it. The sessions start at the first events read: a chain of events never a gap
+apart across that point can be cut at other places than the stream job cut it."""
 
 
 def context_ns(spec: StreamViewSpec) -> int:
@@ -47,7 +49,7 @@ def context_ns(spec: StreamViewSpec) -> int:
 
     Rolling frame ``[t - W, t]``: the largest window (a tiled frame starts up
     to one hop earlier, see ``StreamViewSpec.state_horizon_ns``). Session
-    view: :data:`SESSION_CONTEXT_NS`.
+    view: :data:`SESSION_CONTEXT_NS`, or its max session length if longer.
     """
     if spec.is_session_view:
         return max(SESSION_CONTEXT_NS, spec.state_horizon_ns)

@@ -118,8 +118,14 @@ def entity_sessions(
     aggs: Sequence[str] = ("count", "sum"),
     *,
     key: str = "user_id",
+    max_length: str | int | None = None,
 ) -> pa.Table:
     """Session windows per entity (Spark's ``session_window(ts, gap)``), aggregates of ``column``.
+
+    ``max_length`` (a duration; None: no cap) closes a session that would last longer:
+    an event more than that after the session's first event opens the next one, as in
+    a session view (:func:`featureflow.ops.sessions`). A view's own sessions, with its
+    gap and max length: :func:`view_features`.
 
     Returns:
         ``key``, ``session_start`` (first event), ``session_end`` (last event
@@ -128,7 +134,12 @@ def entity_sessions(
     """
     _require(events, key, EVENT_NS, column)
     sessions = ops.sessions(
-        events.column(EVENT_NS), events.column(column), gap, list(aggs), keys=events.column(key)
+        events.column(EVENT_NS),
+        events.column(column),
+        gap,
+        list(aggs),
+        keys=events.column(key),
+        max_length=max_length,
     )
     return sessions.rename_columns([key, *sessions.column_names[1:]])
 

@@ -299,10 +299,13 @@ class Hopping(_Spec):
 class Sessions(_Spec):
     """Session windows (:func:`featureflow.ops.sessions`, Spark's ``session_window``):
     an event within ``gap`` (ns) of its session's end joins it; the end is inclusive.
-    ``gap_column`` names a per-row gap (long ns or interval) instead."""
+    ``gap_column`` names a per-row gap (long ns or interval) instead. ``max_length``
+    (a duration; None: no cap) opens a new session at an event more than that after
+    its session's first event (ns, strictly)."""
 
     gap: object = None
     gap_column: str | None = None
+    max_length: object = None
 
     def __post_init__(self) -> None:
         if (self.gap is None) == (self.gap_column is None):
@@ -311,7 +314,7 @@ class Sessions(_Spec):
 
     def _ops(self, table: pa.Table, ts: object, values: object, keys: object) -> pa.Table:
         gap = self.gap if self.gap_column is None else table.column(self.gap_column)
-        return ops.sessions(ts, values, gap, list(self.aggs), keys)
+        return ops.sessions(ts, values, gap, list(self.aggs), keys, max_length=self.max_length)
 
     def _extra_inputs(self) -> list[str]:
         return [] if self.gap_column is None else [self.gap_column]
