@@ -31,6 +31,11 @@ class RedisServerError(InfraError):
     """The local ``redis-server`` could not be found, started or stopped."""
 
 
+class ServiceTimeoutError(InfraError):
+    """A service (e.g. the Feast registry) did not answer within its bound; names the
+    service and what to check."""
+
+
 class KafkaSettingsError(FeatureflowError):
     """Kafka client settings (``--kafka-options-file``, ``FEATUREFLOW_KAFKA_*``,
     ``--kafka-option``) are malformed or can't be used by a client; never shows a secret."""
@@ -38,6 +43,16 @@ class KafkaSettingsError(FeatureflowError):
 
 class OnlineStoreError(FeatureflowError):
     """Features could not be written to the Feast online store; says which column or setting."""
+
+
+class OnlineStoreUnavailableError(OnlineStoreError):
+    """The online store did not answer in time, refused the connection or stayed locked: a
+    transient outage, after which the stream job restarts the batch from its checkpoint."""
+
+    def __init__(self, service: str, detail: str) -> None:
+        super().__init__(f"{service} unavailable: {detail}")
+        self.service = service
+        self.detail = detail
 
 
 class EventError(FeatureflowError):

@@ -59,7 +59,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from feast.infra.online_stores.helpers import _mmh3
 from feast.infra.online_stores.redis import RedisOnlineStore, RedisOnlineStoreConfig
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
+from redis.retry import Retry
 
 from featureflow.errors import OnlineStoreError
 from featureflow.online import _bytes as B
@@ -97,11 +99,43 @@ _stores: dict[str, RedisOnlineStore] = {}
 _stores_lock = threading.Lock()
 
 
+SOCKET_TIMEOUT_S = 10.0
+"""Default wait for any one Redis reply, seconds, when the connection string sets no
+``socket_timeout``: a hung (e.g. SIGSTOPped) server fails the write with a typed error
+instead of hanging the batch. A write sends one chunk's commands per lane and then waits
+for their replies; a chunk takes milliseconds, so 10 s is far above a healthy server."""
+
+CONNECT_TIMEOUT_S = 5.0
+"""Default wait for a TCP connection to Redis, seconds (``socket_connect_timeout``)."""
+
+
+_ONE_RETRY = Retry(NoBackoff(), 1)
+"""The retry of featureflow's writing client: once, at once."""
+
+
 def _client(config: RedisOnlineStoreConfig):  # type: ignore[no-untyped-def]
-    """Feast's own Redis client for ``config`` (same parsing of the connection string)."""
+    """Feast's own Redis client for ``config`` (same parsing of the connection string).
+
+    Every wait is bounded: the connection string's ``socket_timeout`` and
+    ``socket_connect_timeout`` (seconds, Feast passes them to redis-py) apply, else
+    :data:`SOCKET_TIMEOUT_S` and :data:`CONNECT_TIMEOUT_S`. The raw socket reads of
+    :class:`_Replies` use the same timeout (redis-py sets it on the socket).
+    """
     with _stores_lock:
         store = _stores.setdefault(config.connection_string, RedisOnlineStore())
-    return store._get_client(config)
+    client = store._get_client(config)
+    kwargs = client.connection_pool.connection_kwargs
+    if kwargs.get("socket_timeout") is None:
+        kwargs["socket_timeout"] = SOCKET_TIMEOUT_S
+    if kwargs.get("socket_connect_timeout") is None:
+        kwargs["socket_connect_timeout"] = CONNECT_TIMEOUT_S
+    if kwargs.get("retry") is not _ONE_RETRY:
+        # redis-py retries a command 3 times with up to 7 s of backoff by default, which
+        # hides an outage for up to 4 timeouts; one immediate retry (a pooled connection
+        # the server closed) bounds a command at 2 timeouts, and the stream job's restart
+        # does the retrying (featureflow.spark.supervisor).
+        client.set_retry(_ONE_RETRY)
+    return client
 
 
 def _bulk(parts: list[B.Cells | B.Packed]) -> list[B.Cells | B.Packed]:

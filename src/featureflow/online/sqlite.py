@@ -23,6 +23,7 @@ key and Feast's ``entity_key`` index).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,29 @@ _ROWS_PER_STATEMENT = 100
 
 _CACHE_KIB = 256 * 1024
 """SQLite page cache of the writing connection, KiB (the default 2 MiB thrashes)."""
+
+LOCK_TIMEOUT_ENV = "FEATUREFLOW_SQLITE_LOCK_TIMEOUT_S"
+"""Environment variable: seconds a write waits for another connection's lock."""
+
+DEFAULT_LOCK_TIMEOUT_S = 10.0
+"""Default lock wait, seconds: a write that finds the database locked by another
+process (a reader's long transaction, a backup) retries for this long, then fails
+with ``OnlineStoreUnavailableError``, and the stream job restarts the batch."""
+
+
+def lock_timeout_s() -> float:
+    """The lock wait of a write, seconds: ``$FEATUREFLOW_SQLITE_LOCK_TIMEOUT_S`` or the default."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV)
+    if not text:
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        msg = f"${LOCK_TIMEOUT_ENV} must be a number of seconds >= 0, got {text!r}"
+        raise OnlineStoreError(msg)
+    return value
 
 
 def db_path(config: RepoConfig) -> Path:
@@ -87,7 +111,7 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
         # one statement per entity: key and timestamps bound once for all its features
         params = zip(keys, *values, *texts, event_ts, created_ts, strict=True)
         statements.append((_upsert_sql(table, group), params))
-    conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
+    conn = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout_s())
     try:
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         if not conn.execute(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,7 +13,10 @@ from feast import FeatureStore
 from feast.infra.online_stores.helpers import compute_table_id, compute_versioned_name
 from feast.infra.online_stores.redis import RedisOnlineStoreConfig, RedisType
 from feast.infra.online_stores.sqlite import SqliteOnlineStoreConfig
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from featureflow.errors import OnlineStoreError, OnlineStoreUnavailableError
 from featureflow.online import redis as redis_store
 from featureflow.online import sqlite as sqlite_store
 from featureflow.online.batch import prepare, view_layout
@@ -55,6 +59,14 @@ def _store_kind(store: FeatureStore) -> str | None:
     return None
 
 
+def _unavailable(cause: BaseException | None) -> bool:
+    """Whether a store failure is an outage (worth retrying) rather than a wrong setting or
+    value: a timeout, a refused or dropped connection, or SQLite's lock wait run out."""
+    if isinstance(cause, sqlite3.OperationalError):
+        return "locked" in str(cause) or "busy" in str(cause)
+    return isinstance(cause, OSError | RedisConnectionError | RedisTimeoutError)
+
+
 def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
     """Write ``table`` into the online store of ``store`` for feature view ``view``.
 
@@ -83,6 +95,8 @@ def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
     (logged; Feast's writer does not keep the newer value on SQLite).
 
     Raises:
+        OnlineStoreUnavailableError: the store timed out, refused or dropped the
+            connection, or (SQLite) stayed locked past the lock wait: transient.
         OnlineStoreError: a column is missing or cannot be cast, a join key or
             event timestamp is null, the online table is missing, or the store failed.
     """
@@ -106,14 +120,23 @@ def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
 
     batch = prepare(table, layout, config.entity_key_serialization_version)
     versioning = config.registry.enable_online_feature_view_versioning
-    if kind == "sqlite":
-        written, skipped = sqlite_store.write(
-            config, compute_table_id(config.project, fv, versioning), batch
-        )
-    else:
-        written, skipped = redis_store.write(
-            config.online_store, config.project, compute_versioned_name(fv, versioning), batch
-        )
+    try:
+        if kind == "sqlite":
+            written, skipped = sqlite_store.write(
+                config, compute_table_id(config.project, fv, versioning), batch
+            )
+        else:
+            written, skipped = redis_store.write(
+                config.online_store, config.project, compute_versioned_name(fv, versioning),
+                batch,
+            )
+    except OnlineStoreError as error:
+        if _unavailable(error.__cause__):
+            service = "SQLite" if kind == "sqlite" else "Redis"
+            raise OnlineStoreUnavailableError(service, str(error)) from error.__cause__
+        raise
+    except (RedisConnectionError, RedisTimeoutError) as error:  # taking a pooled connection
+        raise OnlineStoreUnavailableError("Redis", str(error)) from error
     return WriteStats(kind, table.num_rows, batch.n, written, skipped,
                       time.perf_counter() - started)
 
@@ -128,7 +151,7 @@ def write_views(store: FeatureStore, tables: Mapping[str, pa.Table]) -> dict[str
     store writes the views one after the other (SQLite: one table per view).
 
     Raises:
-        OnlineStoreError: as :func:`write`.
+        OnlineStoreUnavailableError, OnlineStoreError: as :func:`write`.
     """
     if _store_kind(store) != "redis" or len(tables) < 2:
         return {view: write(store, view, table) for view, table in tables.items()}
@@ -142,7 +165,14 @@ def write_views(store: FeatureStore, tables: Mapping[str, pa.Table]) -> dict[str
             return {view: write(store, view, table) for view, table in tables.items()}
         batch = prepare(table, layout, config.entity_key_serialization_version)
         batches.append((compute_versioned_name(fv, versioning), batch))
-    counts = redis_store.write_views(config.online_store, config.project, batches)
+    try:
+        counts = redis_store.write_views(config.online_store, config.project, batches)
+    except OnlineStoreError as error:
+        if _unavailable(error.__cause__):
+            raise OnlineStoreUnavailableError("Redis", str(error)) from error.__cause__
+        raise
+    except (RedisConnectionError, RedisTimeoutError) as error:  # taking a pooled connection
+        raise OnlineStoreUnavailableError("Redis", str(error)) from error
     seconds = time.perf_counter() - started
     return {
         view: WriteStats("redis", table.num_rows, batch.n, written, skipped, seconds)
@@ -150,4 +180,3 @@ def write_views(store: FeatureStore, tables: Mapping[str, pa.Table]) -> dict[str
             tables.items(), batches, counts, strict=True
         )
     }
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import signal
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="log a warning after a micro-batch when a view's window state holds more "
         "than this (Arrow bytes; suffix K, M or G for KiB, MiB, GiB; default: no warning)",
     )  # fmt: skip
+    _add_outage_options(parser)
     _add_guard_options(parser)
     return parser
 
@@ -118,6 +120,32 @@ def _add_guard_options(parser: argparse.ArgumentParser) -> None:
         "--file-mode", metavar="OCTAL",
         help="mode of the files the job writes; directories get the matching x bits "
         "(default $FEATUREFLOW_FILE_MODE, else 0600)",
+    )  # fmt: skip
+
+
+def _add_outage_options(parser: argparse.ArgumentParser) -> None:
+    """Bounded waits and the retry budget (docs/operations.md)."""
+    from featureflow.spark.supervisor import DEFAULT_RETRY_BUDGET_S
+    from featureflow.spark.timeouts import DEFAULT_KAFKA_TIMEOUT_S, DEFAULT_REGISTRY_TIMEOUT_S
+
+    parser.add_argument(
+        "--retry-budget", type=_duration("--retry-budget"),
+        default=int(DEFAULT_RETRY_BUDGET_S * 10**9), metavar="DURATION",
+        help="a query that failed because Kafka, Redis or SQLite was unavailable restarts "
+        "from its checkpoint (backoff 1 s, 2 s, ... 30 s) until the outage has lasted this "
+        f"long (default {DEFAULT_RETRY_BUDGET_S:g} s)",
+    )
+    parser.add_argument(
+        "--kafka-timeout", type=_duration("--kafka-timeout"),
+        default=int(DEFAULT_KAFKA_TIMEOUT_S * 10**9), metavar="DURATION",
+        help="bound of one Kafka request, offset lookup or fetch "
+        f"(default {DEFAULT_KAFKA_TIMEOUT_S:g} s)",
+    )
+    parser.add_argument(
+        "--registry-timeout", type=_duration("--registry-timeout"),
+        default=int(DEFAULT_REGISTRY_TIMEOUT_S * 10**9), metavar="DURATION",
+        help="bound of the Feast registry read at start "
+        f"(default {DEFAULT_REGISTRY_TIMEOUT_S:g} s)",
     )  # fmt: skip
 
 
@@ -220,10 +248,20 @@ def _run(args: argparse.Namespace) -> int:
     from featureflow.repo import load_store, stream_view_specs
     from featureflow.spark.pipeline import StreamOptions, start_topic_query, topic_groups
     from featureflow.spark.session import build_session
+    from featureflow.spark.supervisor import ReachabilityWatch, RetryPolicy, SupervisedQuery
+    from featureflow.spark.timeouts import (
+        bounded,
+        kafka_producer_options,
+        kafka_source_options,
+    )
 
     repo_path = str(Path(args.repo).resolve())
     store = load_store(repo_path)
-    specs = stream_view_specs(store, args.view)
+    specs = bounded(
+        lambda: stream_view_specs(store, args.view), args.registry_timeout / 1e9,
+        "the Feast registry", f"check the registry in {repo_path}/feature_store.yaml "
+        "(path, or the database it names, reachable?)",
+    )  # fmt: skip
     feature_schemas = {}
     if args.schemas:
         from featureflow.schema import check_repo, read_schemas
@@ -249,6 +287,8 @@ def _run(args: argparse.Namespace) -> int:
         idle_partition_timeout_ns=args.idle_partition_timeout,
         max_future_skew_ns=args.max_future_skew,
         state_warn_bytes=args.state_warn_bytes,
+        source_options=kafka_source_options(args.kafka_timeout / 1e9),
+        sink_options=kafka_producer_options(args.kafka_timeout / 1e9),
     )
     exporter = None
     if args.metrics_port:
@@ -258,35 +298,50 @@ def _run(args: argparse.Namespace) -> int:
         exporter.describe_views({spec.name: spec.topic for spec in specs})
         log.info("metrics on http://%s:%d/metrics", exporter.host, args.metrics_port)
     spark = build_session("featureflow-realtime", master=args.master)
-    # One query per topic: its views share the Kafka read and the parse.
-    running = [
-        start_topic_query(spark, group, repo_path, options, feature_schemas, exporter)
+    # One query per topic: its views share the Kafka read and the parse. Each is
+    # restarted from its checkpoint after a transient outage (featureflow.spark.supervisor).
+    policy = RetryPolicy(budget_s=args.retry_budget / 1e9)
+    watch = ReachabilityWatch.of_bootstrap(
+        [args.bootstrap] if args.bootstrap else [spec.bootstrap_servers for spec in specs]
+    ).start()
+    # An executor's fetch gives up --kafka-timeout after the brokers went away.
+    kafka_window_s = 2 * args.kafka_timeout / 1e9 + 10
+    supervised = [
+        SupervisedQuery(
+            functools.partial(
+                start_topic_query, spark, group, repo_path, options, feature_schemas, exporter
+            ),
+            policy,
+            kafka_was_down=functools.partial(watch.down_within, kafka_window_s),
+        )
         for group in topic_groups(specs)
     ]
     stop = shutdown_on_sigterm()
     log.info("driver pid %d: SIGTERM stops the queries at a micro-batch boundary", os.getpid())
     lag = ConsumerLagWatcher(exporter)
     try:
-        while any(query.isActive for query, _ in running):
-            lag.poll(query for query, _ in running)
+        while any([supervisor.poll() for supervisor in supervised]):  # poll every one
+            lag.poll(supervisor.query for supervisor in supervised)
             if stop.wait(0.5):
-                stop_at_batch_boundary(running)
+                stop_at_batch_boundary([(s.query, s.processor) for s in supervised])
                 break
     except KeyboardInterrupt:
         log.info("interrupted: stopping the queries")
-        for query, _processor in running:
-            query.stop()
-    lag.poll(query for query, _ in running)  # the last batch's
-    for query, processor in running:
-        for view in processor.views:
+        for supervisor in supervised:
+            supervisor.stop()
+    watch.close()
+    lag.poll(supervisor.query for supervisor in supervised)  # the last batch's
+    for supervisor in supervised:
+        for view in supervisor.processor.views:
             counters = view.counters
             log.info(
                 "view %s done: %d batches, %d events, %d skipped %s, %d entity rows written",
                 view.spec.name, counters.batches, counters.events, counters.bad_records,
                 counters.bad_by_reason or "", counters.entities_written,
             )  # fmt: skip
-        if query.exception() is not None:
-            log.error("query %s failed: %s", query.name, query.exception())
+    for supervisor in supervised:
+        if supervisor.failure is not None:
+            log.error("query %s failed: %s", supervisor.name, supervisor.failure)
             return 1
     return 0
 

@@ -84,6 +84,11 @@ class StreamOptions:
     dead_letter_topic: str | None = None  # default: "<topic>.dlq"
     offline_path: str | None = None  # default: <repo>/data/offline
     kafka_options: dict[str, str] = field(default_factory=dict)
+    source_options: dict[str, str] = field(default_factory=dict)
+    """Options of Spark's Kafka source as given (e.g. the bounded waits of
+    :mod:`featureflow.spark.timeouts`); ``kafka_options`` of the same name win."""
+    sink_options: dict[str, str] = field(default_factory=dict)
+    """Options of the dead-letter producer as given; ``kafka_options`` win."""
     idle_partition_timeout_ns: int = DEFAULT_IDLE_TIMEOUT_NS
     max_future_skew_ns: int = DEFAULT_FUTURE_SKEW_NS
     state_warn_bytes: int | None = None
@@ -230,6 +235,8 @@ def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions
     )
     if options.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
+    for key, value in options.source_options.items():
+        reader = reader.option(key, value)
     for key, value in options.kafka_options.items():
         reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
     return reader.load()
@@ -376,7 +383,7 @@ class TopicBatchProcessor:
             batch.sparkSession.createDataFrame(letters),
             options.bootstrap or spec.bootstrap_servers,
             options.dead_letter_topic or dead_letter_topic(spec.topic),
-            options.kafka_options,
+            {**options.sink_options, **options.kafka_options},
         )
 
     def _close_sessions(
