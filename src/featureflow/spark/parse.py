@@ -1,11 +1,11 @@
 """Kafka records -> typed events, with a reason for every record that can't be used.
 
 JSON messages are decoded on the executors, in ``mapInArrow``, a whole Arrow
-batch at a time by :mod:`featureflow.events.json_batch` (Arrow's JSON reader;
-a record it can't decide exactly, and only that record, by the per-record
-``orjson`` parser of :mod:`featureflow.events.json_records`, so every output
-and dead-letter reason is the per-record parser's); Avro messages by Spark's
-``from_avro`` (on the JVM: nothing to vectorise in Python); the timestamp and the
+batch at a time by :mod:`featureflow.events.json_batch` (a column at a time,
+with the decoder and converters of the per-record parser,
+:mod:`featureflow.events.json_records`, so every output and dead-letter
+reason is the per-record parser's); Avro messages by Spark's ``from_avro``
+(on the JVM: nothing to vectorise in Python); the timestamp and the
 first-failing-check logic are Spark SQL expressions shared by both. Every
 output row keeps its Kafka coordinates and raw bytes; rows that fail a check
 carry ``error_field`` and ``error_reason`` (the first failing check, in the
