@@ -131,3 +131,34 @@ def test_offline_readers_skip_a_leftover_temporary_file(tmp_path: Path) -> None:
 
     pq.write_table(pa.table({"user_id": [2]}), leftover)  # whole, but never moved
     assert read_history(str(tmp_path / "offline"), "view").column("user_id").to_pylist() == [1]
+
+
+PROPAGATE = """
+import os
+from featureflow.spark import file_modes
+from featureflow.spark.session import build_session
+os.environ[file_modes.ENV] = "0640"  # as the job's --file-mode sets it, after the JVM started
+spark = build_session("file-mode-test")
+seen = spark.sparkContext.parallelize([0], 1).map(lambda _: os.environ.get(file_modes.ENV))
+print("WORKER", seen.collect()[0], spark.conf.get("spark.hadoop.fs.permissions.umask-mode"))
+spark.stop()
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_mode_set_in_the_driver_reaches_the_python_workers(tmp_path: Path) -> None:
+    """Under spark-submit the workers inherit the JVM's environment, not the driver's:
+    the mode travels as spark.executorEnv."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "propagate.py"
+    script.write_text(PROPAGATE)
+    env = {k: v for k, v in os.environ.items() if k != file_modes.ENV}
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]", str(script)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WORKER 0640 027" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
