@@ -9,8 +9,8 @@
 # (pyproject.toml: requires-python ">=3.11,<3.12"), so uv installs a standalone
 # CPython 3.11 under /opt/featureflow/python.
 #
-# Kernels: `make kernels` compiles mojo_ops/ with Mojo from PyPI (x86-64 Linux and
-# arm64 Linux wheels). Where they can't be built, `--build-arg FEATUREFLOW_KERNELS=numpy`
+# Kernels: `make kernels` compiles mojo_ops/ with Mojo from PyPI (measured on x86-64
+# Linux; other platforms depend on Mojo's wheels). Where they can't be built, `--build-arg FEATUREFLOW_KERNELS=numpy`
 # skips the build: without compiled kernels featureflow.ops falls back to its numpy
 # reference implementation by itself (same features, slower); the job's `kernels:`
 # log line and `featureflow doctor` say which backend runs and why.
