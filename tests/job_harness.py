@@ -49,6 +49,33 @@ def topic_with(
     return topic
 
 
+def copy_repo(tmp: Path, online_store: str | None = None) -> Path:
+    """A copy of the example repo under ``tmp``; ``online_store``: the YAML body of another
+    ``online_store:`` section (e.g. ``"  type: redis\n  connection_string: ...\n"``)."""
+    import shutil
+
+    repo = tmp / "feature_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo,
+                    ignore=shutil.ignore_patterns("data", "__pycache__"))  # fmt: skip
+    (repo / "data").mkdir()
+    if online_store is not None:
+        config = repo / "feature_store.yaml"
+        text = config.read_text()
+        sqlite = "  type: sqlite\n  path: data/online_store.db\n"
+        assert sqlite in text
+        config.write_text(text.replace(sqlite, online_store))
+    return repo
+
+
+def sorted_history(repo: Path, view: str = "user_txn_stats") -> pa.Table:
+    """The view's offline history, sorted by user, event time and micro-batch."""
+    from featureflow.spark.offline_sink import read_history
+
+    history = read_history(str(repo / "data" / "offline"), view)
+    return history.sort_by([("user_id", "ascending"), ("event_timestamp", "ascending"),
+                            ("batch", "ascending")])  # fmt: skip
+
+
 def env() -> dict[str, str]:
     return dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
 

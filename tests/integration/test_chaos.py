@@ -41,15 +41,16 @@ from job_harness import (
     apply,
     assert_online_rolling_equal,
     assert_sessions_equal,
+    copy_repo,
     env,
     job_command,
     run_job,
+    sorted_history,
 )
 
 from featureflow.events import sample
 from featureflow.infra import kafka_broker, kafka_client
 from featureflow.spark import failpoints
-from featureflow.spark.offline_sink import read_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -122,41 +123,17 @@ def chaos_topic(kafka_bootstrap: str) -> ChaosTopic:
     return ChaosTopic(name, union, watermark)
 
 
-def _copy_repo(tmp: Path, online_store: str | None = None) -> Path:
-    import shutil
-
-    from job_harness import REPO_ROOT
-
-    repo = tmp / "feature_repo"
-    shutil.copytree(REPO_ROOT / "feature_repo", repo,
-                    ignore=shutil.ignore_patterns("data", "__pycache__"))  # fmt: skip
-    (repo / "data").mkdir()
-    if online_store is not None:
-        config = repo / "feature_store.yaml"
-        text = config.read_text()
-        sqlite = "  type: sqlite\n  path: data/online_store.db\n"
-        assert sqlite in text
-        config.write_text(text.replace(sqlite, online_store))
-    return repo
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(
     chaos_topic: ChaosTopic, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> pa.Table:
     """The offline rolling history of one run without interruption (SQLite)."""
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    repo = _copy_repo(tmp)
+    repo = copy_repo(tmp)
     apply(repo, chaos_topic.name)
     log = run_job(repo, kafka_bootstrap, tmp / "checkpoint", *OPTIONS)
     assert _dead_letters(log) == {}
-    return _sorted_history(repo)
-
-
-def _sorted_history(repo: Path) -> pa.Table:
-    history = read_history(str(repo / "data" / "offline"), "user_txn_stats")
-    return history.sort_by([("user_id", "ascending"), ("event_timestamp", "ascending"),
-                            ("batch", "ascending")])  # fmt: skip
+    return sorted_history(repo)
 
 
 def _metrics(log: str) -> list[dict[str, object]]:
@@ -257,7 +234,7 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
             None if store == "sqlite"
             else f"  type: redis\n  connection_string: {redis.connection_string}\n"
         )  # fmt: skip
-        repo = _copy_repo(tmp_path, online)
+        repo = copy_repo(tmp_path, online)
         apply(repo, chaos_topic.name)
         checkpoint = tmp_path / "checkpoint"
         logs = _kill_and_restart(repo, kafka_bootstrap, checkpoint, tmp_path)
@@ -271,7 +248,7 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
         assert_online_rolling_equal(repo, latest_features_oracle(events))
         assert_sessions_equal(repo, events, watermark_ns=chaos_topic.final_watermark_ns)
 
-    history = _sorted_history(repo)
+    history = sorted_history(repo)
     assert history.num_rows == len(chaos_topic.events)  # every event once
     assert history.column_names == uninterrupted.column_names
     for name in history.column_names:

@@ -20,6 +20,7 @@ The binary comes from the ``redis-server`` Debian package (or ``$REDIS_SERVER``)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -110,6 +111,14 @@ class RedisServer:
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def pid(self) -> int:
+        """The server's process id (e.g. to pause it with SIGSTOP in an outage test)."""
+        if self._proc is None:
+            msg = "redis-server is not running"
+            raise RedisServerError(msg)
+        return self._proc.pid
+
+    @property
     def connection_string(self) -> str:
         """``host:port`` as Feast's ``RedisOnlineStoreConfig.connection_string`` wants it,
         plus ``password=`` and ``ssl=true,ssl_ca_certs=`` for a secured server."""
@@ -156,7 +165,7 @@ class RedisServer:
         """Start the server and wait (up to ``STARTUP_TIMEOUT_S`` seconds) until it answers."""
         if self._proc is not None:
             return self
-        self._dir = Path(tempfile.mkdtemp(prefix="featureflow-redis-"))
+        self._dir = self._dir or Path(tempfile.mkdtemp(prefix="featureflow-redis-"))
         log = self._dir / "redis.log"
         args = [
             self.binary, *self._secured_config(self._dir), "--bind", "127.0.0.1",
@@ -184,6 +193,33 @@ class RedisServer:
         self.stop()
         msg = f"redis-server did not answer on 127.0.0.1:{self.port} within {STARTUP_TIMEOUT_S}s"
         raise RedisServerError(msg)
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """Stop the server keeping its data (``SHUTDOWN SAVE`` writes ``dump.rdb`` in its
+        directory), stay down ``down_s`` seconds, start it again on the same port: it loads
+        the data back, as a production Redis with persistence does after a restart."""
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            client = redis.Redis(
+                host="127.0.0.1", port=self.port, password=self.password or None,
+                ssl=self.tls is not None, socket_timeout=5, retry=Retry(NoBackoff(), 0),
+                ssl_ca_certs=str(self.tls.certificate_pem) if self.tls else None,
+            )  # fmt: skip
+            with contextlib.suppress(redis.RedisError):  # it went away before answering
+                client.shutdown(save=True)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired as exc:
+                proc.kill()
+                proc.wait(timeout=5)
+                msg = f"redis-server on port {self.port} did not shut down within 30 s"
+                raise RedisServerError(msg) from exc
+        time.sleep(down_s)
+        self.start()
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 5 s) and remove its directory."""
