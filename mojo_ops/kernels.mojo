@@ -34,7 +34,7 @@ from featureflow_kernels.abi import (
     DT_I64,
     DT_I32,
 )
-from featureflow_kernels import rolling, hopping as hop, sessions as ses, keys
+from featureflow_kernels import rolling, hopping as hop, sessions as ses, keys, runs
 
 
 @always_inline
@@ -83,7 +83,7 @@ def scratch_bytes(
 ) raises -> PythonObject:
     """Bytes of scratch a kernel needs: `kind` names it, `a`, `b`, `c` are its
     sizes (unused ones 0). rolling: (rows, keys, windows); stream: (rows, keys);
-    bucketed: (rows, parts); inorder: (keys, ring rows); deques: (longest key's
+    bucketed: (rows, parts); query: (rows); inorder: (keys, ring rows); deques: (longest key's
     rows); sessions_in_order, sessions: (rows, keys)."""
     var k = String(kind)
     var x = Int(py=a)
@@ -97,6 +97,8 @@ def scratch_bytes(
         return PythonObject(rolling.bucket_scratch_bytes(x, y))
     if k == "inorder":
         return PythonObject(rolling.inorder_scratch_bytes(x, y))
+    if k == "query":
+        return PythonObject(rolling.query_scratch_bytes(x))
     if k == "deques":
         return PythonObject(rolling.deque_bytes(x))
     if k == "sessions_in_order":
@@ -208,6 +210,15 @@ def rolling_inorder_part(
     return PythonObject(rows)
 
 
+def rolling_query(desc: PythonObject, scratch: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var sc = Int(py=scratch)
+    var rows: Int
+    with GILReleased(Python()):
+        rows = rolling.rolling_query(d, sc)
+    return PythonObject(rows)
+
+
 # --- hopping, sessions, keys --------------------------------------------------
 
 
@@ -217,6 +228,14 @@ def hopping(desc: PythonObject) raises -> PythonObject:
 
 def sessions(desc: PythonObject) raises -> PythonObject:
     return PythonObject(ses.sessions(_desc(desc)))
+
+
+def merge_runs(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var rows: Int
+    with GILReleased(Python()):
+        rows = runs.merge_runs(d)
+    return PythonObject(rows)
 
 
 def encode_int_keys(desc: PythonObject) raises -> PythonObject:
@@ -259,8 +278,14 @@ def PyInit_kernels() abi("C") -> PythonObject:
         m.def_function[rolling_inorder_part](
             "rolling_inorder_part", docstring="Rolling over ts-ordered keyed input, in input order."
         )
+        m.def_function[rolling_query](
+            "rolling_query", docstring="Rolling frames at query points; see rolling/_query.mojo."
+        )
         m.def_function[hopping]("hopping", docstring="Hopping windows; see hopping.mojo.")
         m.def_function[sessions]("sessions", docstring="Session windows; see sessions/.")
+        m.def_function[merge_runs](
+            "merge_runs", docstring="Merge runs sorted by (key, ts); see runs.mojo."
+        )
         m.def_function[encode_int_keys](
             "encode_int_keys", docstring="Dense codes of integer keys; see keys.mojo."
         )

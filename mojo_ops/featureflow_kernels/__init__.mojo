@@ -12,7 +12,7 @@ holds the algorithms, one a file:
 - `rolling`: the entry points, then one file per path (`_grouped`, `_stream`,
   `_region`, `_inorder`, `_bucketed`, `_slots`, `_generic`).
 - `sessions`: the entry point, then `_in_order`, `_by_close`, `_generic`.
-- `hopping`, `keys`.
+- `hopping`, `keys`; `runs`: merging runs sorted by (key, ts) (state compaction).
 
 Scratch memory is allocated by the caller from the Arrow pool; sizes are
 asked of the `*_scratch_bytes` functions through the bindings.

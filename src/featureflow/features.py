@@ -65,6 +65,57 @@ def event_features(
     return pa.table(columns)
 
 
+def features_at(
+    runs: Sequence[pa.Table],
+    spec: StreamViewSpec,
+    at_keys: np.ndarray,
+    at_ts: np.ndarray,
+    *,
+    event_ns_column: str = "event_ns",
+) -> pa.Table:
+    """Every aggregation of ``spec`` (a rolling view) at query points, with the events
+    as context: row j holds the features an event of entity ``at_keys[j]`` at time
+    ``at_ts[j]`` (ns) has (:func:`event_features`' frames), computed with
+    :func:`featureflow.ops.rolling_at` over only what those frames reach.
+
+    Args:
+        runs: the events in runs, each sorted by ``spec.join_key`` (integers) then
+            ``event_ns_column`` (ties in arrival order), the runs in arrival order.
+    Returns:
+        Columns ``spec.join_key``, ``event_ns_column`` (the queries), then one column
+        per aggregation (Feast's name), in ``spec`` order.
+    """
+    if spec.is_session_view:
+        msg = f"{spec.name!r} is a session view: use session_features()"
+        raise ValueError(msg)
+    outputs: dict[str, pa.ChunkedArray | pa.Array] = {}
+    for column, wanted in _aggregations_by_column(spec).items():
+        windows = sorted({agg.window_ns for agg in wanted})
+        functions = list(dict.fromkeys(agg.function for agg in wanted))
+        computed = ops.rolling_at(
+            [
+                (run.column(spec.join_key), run.column(event_ns_column), run.column(column))
+                for run in runs
+            ],
+            [_window_label(w) for w in windows],
+            functions,
+            at_keys,
+            at_ts,
+            hop=spec.tile_hop_ns,
+        )
+        for aggregation in wanted:
+            outputs[aggregation.output_name] = computed.column(
+                f"{aggregation.function}_{_window_label(aggregation.window_ns)}"
+            )
+    key_type = runs[0].schema.field(spec.join_key).type if runs else pa.int64()
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        spec.join_key: pa.array(at_keys).cast(key_type),
+        event_ns_column: pa.array(at_ts, pa.int64()),
+    }
+    columns.update({agg.output_name: outputs[agg.output_name] for agg in spec.aggregations})
+    return pa.table(columns)
+
+
 def _aggregations_by_column(spec: StreamViewSpec) -> dict[str, list[AggregationSpec]]:
     """The view's aggregations grouped by the event column they read (first-use order)."""
     by_column: dict[str, list[AggregationSpec]] = defaultdict(list)

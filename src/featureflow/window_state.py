@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow import features, tiles
+from featureflow import features, state_runs, tiles
 from featureflow.columns import EVENT_NS
 from featureflow.repo import SESSION_START, StreamViewSpec
 
@@ -109,9 +109,17 @@ def rolling_outputs(
     the raw events after it, so its state is bounded by W / hop tiles per
     entity; ``tile_state`` is its earlier tiles.
 
-    The kernels compute the events of the touched entities only (``touched_only``;
-    False: every entity's, the same outputs).
+    A view whose join key is an integer and that keeps no tiles holds its state as
+    runs sorted by (entity, time) (:mod:`featureflow.state_runs`) and computes only
+    the frames it emits (:func:`featureflow.features.features_at`): each new event's
+    and each touched entity's latest, reading only the touched entities' events within
+    reach (``touched_only`` False: also every other entity's latest frame, then
+    dropped; the same outputs). Other views: the kernels compute the touched entities'
+    events only (``touched_only``; False: every entity's, the same outputs).
     """
+    key_type = events.schema.field(spec.join_key).type
+    if not tiles.compactable(spec) and pa.types.is_integer(key_type):
+        return _rolling_at_queries(events, new_rows, spec, watermark_ns, touched_only)
     events, is_new = in_time_order(events, new_rows)
     computed = events
     if touched_only:
@@ -136,6 +144,44 @@ def rolling_outputs(
     rows = online_rows(per_event, spec, entities=computed.column(spec.join_key).filter(new_mask))
     history = with_event_timestamp(per_event.filter(new_mask), spec)
     return rows, history, kept, kept_tiles
+
+
+def _keep_from_ns(spec: StreamViewSpec, watermark_ns: int) -> int:
+    """The earliest event time a frame of an on-time event (time >= the watermark) reaches."""
+    keep_from_ns = watermark_ns - max(spec.windows_ns)
+    if spec.tile_hop_ns:  # a tiled frame starts at floor((t - W) / hop) * hop
+        keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
+    return keep_from_ns
+
+
+def _rolling_at_queries(
+    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int, touched_only: bool
+) -> tuple[pa.Table, pa.Table, pa.Table, None]:
+    """:func:`rolling_outputs` of a view whose state is runs (see there)."""
+    key = spec.join_key
+    state_rows = events.num_rows - new_rows
+    runs = state_runs.runs_of(events.slice(0, state_rows), key)
+    new = events.slice(state_rows)
+    if new_rows:
+        runs.append(state_runs.sorted_run(new, key))
+    new_keys = np.asarray(new.column(key).to_numpy())
+    new_ts = np.asarray(new.column(EVENT_NS).to_numpy())
+    by_time = np.argsort(new_ts, kind="stable")  # history in event-time order
+    touched = np.unique(new_keys)
+    online = touched if touched_only else state_runs.entity_keys(runs, key)
+    at_keys = np.concatenate([new_keys[by_time], online]).astype(np.int64)
+    at_ts = np.concatenate([new_ts[by_time], state_runs.latest_times(runs, key, online)])
+    computed = features.features_at(runs, spec, at_keys, at_ts)
+    history = with_event_timestamp(computed.slice(0, new_rows), spec)
+    latest = computed.slice(new_rows)
+    if not touched_only:
+        latest = latest.filter(
+            pc.is_in(latest.column(key), pa.array(touched, latest.column(key).type))
+        )
+    rows = with_event_timestamp(latest, spec)
+    kept_runs = state_runs.compact(runs, key, _keep_from_ns(spec, watermark_ns))
+    kept = state_runs.state_table(kept_runs, events.schema)
+    return rows, history, kept, None
 
 
 def session_outputs(

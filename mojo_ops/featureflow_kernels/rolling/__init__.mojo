@@ -7,7 +7,8 @@ whose frames span many rows, key buckets (`_bucketed`, `_slots`); other
 keyed aggregates per-key regions (`_region`); unkeyed in place
 (`_stream`). Otherwise rows are grouped by key first (`_grouped`:
 prepare, parts, finish), and count_distinct goes frame by frame
-(`_generic`). Frame search helpers are in `_frames`.
+(`_generic`). Frame search helpers are in `_frames`. Frames at query
+points over runs sorted by (key, ts), the stream job's state: `_query`.
 """
 
 from featureflow_kernels.abi import (
@@ -46,6 +47,7 @@ from featureflow_kernels.rolling._inorder import (
 from featureflow_kernels.rolling._bucketed import bucket_scratch_bytes, bucketed_phase
 from featureflow_kernels.rolling._stream import stream_window
 from featureflow_kernels.rolling._region import region_window
+from featureflow_kernels.rolling._query import query_scratch_bytes, rolling_query
 
 
 def stream_dispatch[

@@ -17,11 +17,21 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from featureflow.ops import _backend, _inputs, _nonfinite, _tables
+from featureflow.ops import _backend, _inputs, _nonfinite, _query, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
 
-__all__ = ["AGGS", "backend", "backend_reason", "describe", "hopping", "rolling", "sessions"]
+__all__ = [
+    "AGGS",
+    "backend",
+    "backend_reason",
+    "describe",
+    "hopping",
+    "merge_runs",
+    "rolling",
+    "rolling_at",
+    "sessions",
+]
 
 
 def backend() -> Literal["mojo", "numpy"]:
@@ -107,6 +117,106 @@ def rolling(
 
     _nonfinite.aggregate(s, names, columns, kernel)
     return _tables.table(columns, s.n)
+
+
+def _arrayish(obj: object) -> object:
+    """Lists and tuples as numpy arrays (the other inputs as they are)."""
+    return np.asarray(obj, dtype=np.int64) if isinstance(obj, list | tuple) else obj
+
+
+def _run(keys: object, ts: object, values: object, at: int) -> _query.Run:
+    keys, ts = _arrayish(keys), _arrayish(ts)
+    key_arr = _inputs.to_array(keys, f"runs[{at}] keys")
+    if not pa.types.is_integer(key_arr.type) or key_arr.null_count:
+        msg = f"runs[{at}] keys: expected integers without nulls, got {key_arr.type}"
+        raise TypeError(msg)
+    ts_arr = _inputs.to_array(ts, f"runs[{at}] ts")
+    if pa.types.is_timestamp(ts_arr.type):
+        ts_arr = ts_arr.cast(pa.int64())
+    if ts_arr.type != pa.int64() or ts_arr.null_count:
+        msg = f"runs[{at}] ts: expected int64 ns without nulls, got {ts_arr.type}"
+        raise TypeError(msg)
+    n = len(ts_arr)
+    if len(key_arr) != n:
+        msg = f"runs[{at}] keys: length {len(key_arr)} does not match ts length {n}"
+        raise ValueError(msg)
+    return _query.Run(
+        np.ascontiguousarray(key_arr.cast(pa.int64()).to_numpy(), dtype=np.int64),
+        np.ascontiguousarray(ts_arr.to_numpy(), dtype=np.int64),
+        _inputs.value_array(values, n, f"runs[{at}] values"),
+    )
+
+
+def rolling_at(
+    runs: list[tuple[object, object, object]],
+    windows: object,
+    aggs: object,
+    at_keys: object,
+    at_ts: object,
+    hop: object = None,
+) -> pa.Table:
+    """Rolling aggregates at query points: output row j is the frame of key
+    ``at_keys[j]`` at time ``at_ts[j]`` (ns), as `rolling` computes it for a row
+    of that key at that time: every row of the key with ``t - W <= ts <= t``
+    (sawtooth with ``hop``), rows with ts == t included.
+
+    Only the queried keys' rows within reach of their frames are read: the
+    stream job asks for the frames of a micro-batch's new events and of each
+    touched entity's latest event, with 24 h of events as context.
+
+    Args:
+        runs: (keys, ts, values) per run, each sorted by key then ts (ties in
+            arrival order), the runs in arrival order: ties on (key, ts) across
+            runs go to the earlier run. Integer keys without nulls; all runs'
+            values of one type (see `rolling`).
+        windows, aggs, hop: as for `rolling`.
+        at_keys: the queries' keys (integers); at_ts: their times (int64 ns).
+
+    Returns:
+        One row per query, in query order, with the columns `rolling` returns.
+
+    Raises:
+        TypeError, ValueError: naming the argument that is wrong.
+    """
+    parsed = [_run(k, t, v, i) for i, (k, t, v) in enumerate(runs)]
+    types = {run.values.type for run in parsed}
+    if len(types) > 1:
+        msg = f"runs: every run's values must have one type, got {sorted(map(str, types))}"
+        raise TypeError(msg)
+    qkeys = np.asarray(_inputs.to_array(_arrayish(at_keys), "at_keys").cast(pa.int64()).to_numpy())
+    qts = np.asarray(_inputs.to_array(_arrayish(at_ts), "at_ts").cast(pa.int64()).to_numpy())
+    if len(qkeys) != len(qts):
+        msg = f"at_keys: length {len(qkeys)} does not match at_ts length {len(qts)}"
+        raise ValueError(msg)
+    wins = _inputs.windows(windows)
+    names = parse_aggs(aggs)
+    hop_ns = None if hop is None else duration_ns(hop, "hop")
+    value_type = parsed[0].values.type if parsed else pa.float64()
+    columns = _tables.allocate(
+        [(f"{agg}_{label}", agg) for label, _ in wins for agg in names], value_type, len(qts)
+    )
+    if not parsed:  # no rows: empty frames
+        parsed = [
+            _query.Run(np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], value_type))
+        ]
+    plan = _query.plan(parsed, qkeys, qts)
+    impl = _backend.current().backend
+
+    def kernel(values: list[pa.Array], aggs: list[str], cols: list[_tables.OutputColumn]) -> int:
+        rows = [_query.Run(r.keys, r.ts, v) for r, v in zip(parsed, values, strict=True)]
+        impl.rolling_at(rows, plan, [ns for _, ns in wins], hop_ns, aggs, cols)
+        return plan.nq
+
+    _nonfinite.aggregate_values([r.values for r in parsed], names, columns, kernel)
+    return _tables.table(columns, len(qts))
+
+
+def merge_runs(runs: list[tuple[object, object]], cut_ns: int) -> np.ndarray:
+    """The rows of runs sorted by (key, ts) (see `rolling_at`) in merged order, as int64
+    indices into the runs' concatenation, ties to the earlier run (a stable merge),
+    rows with ts < ``cut_ns`` left out. One linear pass on the Mojo backend."""
+    parsed = [_run(k, t, pa.nulls(len(k), pa.float64()), i) for i, (k, t) in enumerate(runs)]  # type: ignore[arg-type]
+    return _backend.current().backend.merge_runs(parsed, int(cut_ns))
 
 
 def hopping(

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 import numpy as np
 
 from featureflow.ops._inputs import Series
+from featureflow.ops._query import Plan, Run
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 BackendName = Literal["mojo", "numpy"]
@@ -33,6 +34,18 @@ class Backend(Protocol):
         aggs: list[str],
         columns: list[OutputColumn],
     ) -> None: ...
+
+    def rolling_at(
+        self,
+        runs: list[Run],
+        plan: Plan,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None: ...
+
+    def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray: ...
 
     def hopping(
         self,

@@ -65,24 +65,37 @@ def has_infinity(values: pa.Array) -> bool:
 
 def aggregate(s: Series, aggs: list[str], columns: list[OutputColumn], kernel: Kernel) -> int:
     """``kernel(s, aggs, columns)`` with IEEE results for frames holding ±inf (above)."""
+
+    def over(values: list[pa.Array], names: list[str], cols: list[OutputColumn]) -> int:
+        rows = s if values[0] is s.values else Series(s.ts, values[0], s.codes, s.key_values)
+        return kernel(rows, names, cols)
+
+    return aggregate_values([s.values], aggs, columns, over)
+
+
+ValuesKernel = Callable[[list[pa.Array], list[str], list[OutputColumn]], int]
+"""A backend call over fixed frames of rows whose values come in several arrays
+(the runs of `featureflow.ops.rolling_at`), like `Kernel`."""
+
+
+def aggregate_values(
+    values: list[pa.Array], aggs: list[str], columns: list[OutputColumn], kernel: ValuesKernel
+) -> int:
+    """``kernel(values, aggs, columns)`` with IEEE results for frames holding ±inf (above)."""
     sums = [a for a in aggs if a in SUMS]
-    if not sums or not has_infinity(s.values):
-        return kernel(s, aggs, columns)
+    if not sums or not any(has_infinity(v) for v in values):
+        return kernel(values, aggs, columns)
     groups = len(columns) // len(aggs)
     col = {(g, a): columns[g * len(aggs) + i] for g in range(groups) for i, a in enumerate(aggs)}
     probes = [a for a in _PROBES if a not in aggs]
     spare = _tables.allocate(
-        [(a, a) for _ in range(groups) for a in probes], s.values.type, columns[0].capacity
+        [(a, a) for _ in range(groups) for a in probes], values[0].type, columns[0].capacity
     )
     col.update(zip([(g, a) for g in range(groups) for a in probes], spare, strict=True))
     rest = [a for a in aggs if a not in SUMS] + probes
-    kernel(s, rest, [col[g, a] for g in range(groups) for a in rest])
-    finite = pc.if_else(pc.is_inf(s.values), pa.scalar(None, s.values.type), s.values)
-    m = kernel(
-        Series(s.ts, finite, s.codes, s.key_values),
-        sums,
-        [col[g, a] for g in range(groups) for a in sums],
-    )
+    kernel(values, rest, [col[g, a] for g in range(groups) for a in rest])
+    finite = [pc.if_else(pc.is_inf(v), pa.scalar(None, v.type), v) for v in values]
+    m = kernel(finite, sums, [col[g, a] for g in range(groups) for a in sums])
     for g in range(groups):
         _overwrite(m, col[g, "count"], col[g, "min"], col[g, "max"], [col[g, a] for a in sums])
     return m

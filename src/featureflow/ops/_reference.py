@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from featureflow.ops._inputs import Series
 from featureflow.ops._tables import OutputColumn, WindowBounds
+
+if TYPE_CHECKING:
+    from featureflow.ops._query import Plan, Run
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,29 @@ class ReferenceBackend:
     """Pure numpy implementation of the backend interface."""
 
     name: Final = "numpy"
+
+    def rolling_at(
+        self,
+        runs: list[Run],
+        plan: Plan,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None:
+        from featureflow.ops._query import reference_rolling_at
+
+        reference_rolling_at(runs, plan, windows, hop, aggs, columns)
+
+    def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
+        """Indices into the runs' concatenation in (key, ts) order, stable, without
+        the rows before ``cut_ns``."""
+        if not runs:
+            return np.zeros(0, dtype=np.int64)
+        keys = np.concatenate([run.keys for run in runs])
+        ts = np.concatenate([run.ts for run in runs])
+        order = np.lexsort((ts, keys))
+        return order[ts[order] >= cut_ns].astype(np.int64)
 
     def rolling(
         self,

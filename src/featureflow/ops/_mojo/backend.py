@@ -17,8 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow.ops._inputs import Series
+from featureflow.ops._inputs import VALUE_TYPES, Series
 from featureflow.ops._mojo import descriptor, planning, threads
+from featureflow.ops._query import Plan, Run
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 
@@ -170,6 +171,44 @@ class NativeBackend:
         for w in windows:
             phase(2, w)
             phase(3, w)
+
+    def rolling_at(
+        self,
+        runs: list[Run],
+        plan: Plan,
+        windows: list[int],
+        hop: int | None,
+        aggs: list[str],
+        columns: list[OutputColumn],
+    ) -> None:
+        """Frames at query points over runs (rolling/_query.mojo)."""
+        if plan.nq == 0:
+            return
+        dtype = VALUE_TYPES[runs[0].values.type]
+        words = [len(runs), len(plan.group_keys), plan.nq, len(windows), hop or 0, len(aggs)]
+        words += [dtype, int(plan.qts.ctypes.data), int(plan.qout.ctypes.data)]
+        words += [int(plan.qoff.ctypes.data), int(plan.segs.ctypes.data), plan.capacity]
+        for run in runs:
+            v = run.values
+            words += [
+                int(run.ts.ctypes.data),
+                descriptor.address(v, 1) + v.offset * v.type.byte_width,
+                descriptor.address(v, 0),
+                v.offset,
+            ]
+        desc = np.array(words + windows + descriptor.column_words(columns), dtype=np.int64)
+        scratch = pa.allocate_buffer(self._scratch("query", plan.capacity))
+        self._call("rolling_query", desc, scratch.address)
+
+    def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
+        """The merged order of runs (indices into their concatenation), rows before
+        ``cut_ns`` dropped (runs.mojo)."""
+        out = np.empty(max(sum(run.n for run in runs), 1), dtype=np.int64)
+        words = [len(runs), cut_ns, int(out.ctypes.data)]
+        for run in runs:
+            words += [run.n, int(run.keys.ctypes.data), int(run.ts.ctypes.data)]
+        m = self._call("merge_runs", words)
+        return out[:m]
 
     def hopping(
         self,

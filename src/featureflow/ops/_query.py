@@ -1,0 +1,147 @@
+"""Rolling frames at query points over runs sorted by (key, ts): inputs and the reference.
+
+A *run* is a set of rows sorted by integer key, then ts (ties in arrival
+order); runs come in arrival order, so the rows of all runs in (key, ts)
+order, ties to the earlier run, are the rows as a stable sort would order
+them. A *query* is a key and a time t (int64 ns); its frame for window W is
+every row of that key with ts in ``[t - W, t]`` (or the sawtooth
+``[floor((t - W) / hop) * hop, t]``): the frame `featureflow.ops.rolling`
+gives a row of that key at time t, rows with ts == t included.
+
+`plan` groups the queries by key and finds each key's segment in every run
+(binary search, no pass over the rows); the backends then compute only the
+queries' frames. `reference_rolling_at` is the numpy reference: the queried
+keys' rows gathered and sorted, then `_reference.frame_aggregates`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from featureflow.ops._reference import Sorted, _write, frame_aggregates
+from featureflow.ops._tables import OutputColumn
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: int64 ``keys`` and ``ts`` (numpy, sorted by key then ts) and its values."""
+
+    keys: np.ndarray
+    ts: np.ndarray
+    values: pa.Array
+
+    @property
+    def n(self) -> int:
+        return len(self.ts)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The queries sorted by (key, t), grouped by key, with each key's segment per run.
+
+    ``qts[j]``: time of sorted query j; ``qout[j]``: its output row (its position
+    in the caller's query order); queries ``qoff[g]:qoff[g + 1]`` are of key
+    ``group_keys[g]``; its rows in run r are ``segs[g, r, 0]:segs[g, r, 1]``;
+    ``capacity``: the most rows one key holds over all runs.
+    """
+
+    qts: np.ndarray
+    qout: np.ndarray
+    qoff: np.ndarray
+    group_keys: np.ndarray
+    segs: np.ndarray
+    capacity: int
+
+    @property
+    def nq(self) -> int:
+        return len(self.qts)
+
+
+def plan(runs: Sequence[Run], at_keys: np.ndarray, at_ts: np.ndarray) -> Plan:
+    """Group the queries (``at_keys[j]``, ``at_ts[j]``) by key and find their segments."""
+    order = np.lexsort((at_ts, at_keys))
+    qk = at_keys[order]
+    qts = np.ascontiguousarray(at_ts[order], dtype=np.int64)
+    if len(qk):
+        first = np.flatnonzero(np.concatenate([[True], qk[1:] != qk[:-1]]))
+    else:
+        first = np.zeros(0, dtype=np.int64)
+    group_keys = qk[first]
+    qoff = np.concatenate([first, [len(qk)]]).astype(np.int64)
+    segs = np.zeros((len(group_keys), max(len(runs), 1), 2), dtype=np.int64)
+    for r, run in enumerate(runs):
+        segs[:, r, 0] = np.searchsorted(run.keys, group_keys, side="left")
+        segs[:, r, 1] = np.searchsorted(run.keys, group_keys, side="right")
+    held = (segs[:, :, 1] - segs[:, :, 0]).sum(axis=1) if len(runs) else np.zeros(0)
+    capacity = int(held.max()) if len(held) else 0
+    return Plan(qts, order.astype(np.int64), qoff, group_keys, segs, capacity)
+
+
+def _search(
+    ts: np.ndarray, lo: np.ndarray, hi: np.ndarray, target: np.ndarray, right: bool
+) -> np.ndarray:
+    """Per query: the first p in [lo, hi) with ts[p] >= target (``right``: > target), or hi.
+    ``ts`` is sorted within each [lo, hi); a vectorised binary search."""
+    lo, hi = lo.copy(), hi.copy()
+    last = max(len(ts) - 1, 0)
+    while True:
+        active = lo < hi
+        if not active.any():
+            return lo
+        mid = (lo + hi) // 2
+        at = ts[np.minimum(mid, last)] if len(ts) else np.zeros(len(mid), dtype=np.int64)
+        up = active & ((at <= target) if right else (at < target))
+        lo = np.where(up, mid + 1, lo)
+        hi = np.where(active & ~up, mid, hi)
+
+
+def reference_rolling_at(
+    runs: Sequence[Run],
+    p: Plan,
+    windows: list[int],
+    hop: int | None,
+    aggs: list[str],
+    columns: list[OutputColumn],
+) -> None:
+    """The numpy reference of `featureflow.ops.rolling_at` (see the module docstring)."""
+    if p.nq == 0:
+        return
+    ngroups = len(p.group_keys)
+    parts_ts, parts_v, parts_g = [], [], []
+    for r, run in enumerate(runs):
+        a, b = p.segs[:, r, 0], p.segs[:, r, 1]
+        lengths = b - a
+        total = int(lengths.sum())
+        if not total:
+            continue
+        group = np.repeat(np.arange(ngroups), lengths)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        idx = a[group] + (np.arange(total) - starts[group])
+        vals = run.values.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
+        parts_ts.append(run.ts[idx])
+        parts_v.append(vals[idx])
+        parts_g.append(group)
+    # a NaN row (no aggregate sees it) after every other keeps each frame's [lo, hi)
+    # within the arrays, also for empty frames past a key's last row
+    parts_ts.append(np.array([np.iinfo(np.int64).max]))
+    parts_v.append(np.array([np.nan]))
+    parts_g.append(np.array([ngroups - 1], dtype=np.int64))
+    ts, vals, group = (np.concatenate(x) for x in (parts_ts, parts_v, parts_g))
+    perm = np.lexsort((ts, group))  # stable: ties keep run order, then row order
+    counts = np.bincount(group, minlength=ngroups)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    srt = Sorted(perm, ts[perm], vals[perm], starts)
+    qgroup = np.repeat(np.arange(ngroups), np.diff(p.qoff))
+    glo, ghi = starts[qgroup], starts[qgroup + 1]
+    hi = _search(srt.ts, glo, ghi, p.qts, right=True)
+    for w, window in enumerate(windows):
+        lower = p.qts - window
+        if hop:
+            lower = (lower // hop) * hop
+        lo = _search(srt.ts, glo, hi, lower, right=False)
+        results = frame_aggregates(srt, lo, hi, aggs)
+        _write(columns[w * len(aggs) : (w + 1) * len(aggs)], results, p.qout)

@@ -1,0 +1,104 @@
+"""A rolling view's state as runs (featureflow.state_runs) through rolling_outputs, vs DuckDB.
+
+Batch after batch (late events dropped as the job does), the online rows equal
+DuckDB's features as of each touched entity's latest accepted event — also
+when a new event is older than the entity's latest state event, whose frame it
+changes — and the state stays a few runs sorted by (entity, time) holding every
+event a future frame can reach.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from duckdb_oracle import END_NS, EXAMPLE_SPEC, events_table, latest_features
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from featureflow import state_runs
+from featureflow.events import sample
+from featureflow.window_state import rolling_outputs
+
+DELAY_NS = 5 * 60 * 10**9
+
+
+def _check_online(rows: pa.Table, accepted: pa.Table, touched: set[int]) -> None:
+    expected = latest_features(accepted)
+    assert sorted(rows.column("user_id").to_pylist()) == sorted(touched)
+    for row in rows.to_pylist():
+        want = expected[row["user_id"]]
+        for name, value in want.items():
+            got = row[name]
+            if value is None:
+                assert got is None, name
+            else:
+                assert got is not None and np.isclose(got, value, rtol=1e-9, atol=1e-9), name
+
+
+def _feed(events: pa.Table, cuts: list[int]) -> None:
+    state = events.slice(0, 0)
+    seen_max: int | None = None
+    accepted: list[pa.Table] = []
+    for lo, hi in itertools.pairwise([0, *sorted(set(cuts)), events.num_rows]):
+        batch = events.slice(lo, hi - lo)
+        if seen_max is not None:
+            batch = batch.filter(pc.greater_equal(batch.column("event_ns"), seen_max - DELAY_NS))
+        if batch.num_rows:
+            seen_max = max(seen_max or 0, pc.max(batch.column("event_ns")).as_py())
+        accepted.append(batch)
+        watermark = (seen_max or 0) - DELAY_NS
+        pending = pa.concat_tables([state, batch.cast(state.schema)])
+        rows, _, state, tiles = rolling_outputs(pending, batch.num_rows, EXAMPLE_SPEC, watermark)
+        assert tiles is None
+        _check_online(rows, pa.concat_tables(accepted), set(batch.column("user_id").to_pylist()))
+        runs = state_runs.runs_of(state, "user_id")
+        assert len(runs) <= 1 + np.log(max(state.num_rows, 1)) / np.log(state_runs.FANOUT) + 1
+        keep_from = watermark - max(EXAMPLE_SPEC.windows_ns)
+        everything = pa.concat_tables(accepted)
+        reachable = pc.sum(pc.greater_equal(everything.column("event_ns"), keep_from)).as_py()
+        held = pc.sum(pc.greater_equal(state.column("event_ns"), keep_from)).as_py() or 0
+        assert held == (reachable or 0)  # every event a future frame can reach, once
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.integers(0, 500), max_size=10))
+def test_online_rows_equal_duckdb_batch_after_batch(seed: int, cuts: list[int]) -> None:
+    _feed(events_table(sample.generate(500, users=8, seed=seed, end_ns=END_NS)), cuts)
+
+
+def test_an_older_new_event_changes_the_latest_state_events_frame() -> None:
+    """User 1's latest event (t = 100 s) is in the state; a new event at t = 90 s,
+    on time, enters its frame, equal times (t = 100 s twice) are peers."""
+    s = 10**9
+    events = pa.table(
+        {
+            "user_id": pa.array([1, 1, 2, 1, 1], pa.int64()),
+            "event_ns": pa.array(
+                [END_NS + 10 * s, END_NS + 100 * s, END_NS, END_NS + 90 * s, END_NS + 100 * s],
+                pa.int64(),
+            ),
+            "amount": pa.array([1.0, 2.0, 5.0, 4.0, 8.0]),
+        }
+    )
+    _feed(events, [3, 4])
+
+
+def test_a_state_in_time_order_is_taken_as_one_run() -> None:
+    """A state saved before this layout (time order, no metadata) gives the same outputs."""
+    events = events_table(sample.generate(300, users=5, seed=3, end_ns=END_NS))
+    watermark = pc.max(events.column("event_ns")).as_py() - DELAY_NS
+    old, new = events.slice(0, 200), events.slice(200)
+    in_time = old.take(pc.sort_indices(old, [("event_ns", "ascending")]))
+    as_runs = rolling_outputs(old, 200, EXAMPLE_SPEC, watermark - 10**12)[2]
+    assert (as_runs.schema.metadata or {}).get(state_runs.LAYOUT_KEY) == state_runs.LAYOUT
+    outputs = [
+        rolling_outputs(
+            pa.concat_tables([state, new.cast(state.schema)]), 100, EXAMPLE_SPEC, watermark
+        )
+        for state in (in_time, as_runs)
+    ]
+    for got, want in zip(outputs[0][:2], outputs[1][:2], strict=True):
+        assert got.equals(want)
