@@ -32,6 +32,7 @@ import platform
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -82,12 +83,15 @@ def run_batch(
     spec: StreamViewSpec, repo: str, store: StateStore, offline: OfflineFeatureLog,
     batch_id: int, new: pa.Table, watermark_ns: int,
 ) -> dict[str, Any]:  # fmt: skip
-    """One partition's micro-batch through the job's executor path: seconds per phase."""
+    """One partition's micro-batch through the job's executor path: seconds per phase,
+    and the process's CPU seconds (less moved by other work on a loaded machine)."""
+    cpu = time.process_time()
     writer = online_sink.OnlineFeatureWriter(
         spec=spec, repo_path=repo, batch_id=batch_id, state=store,
         watermark_ns=watermark_ns, offline=offline,
     )  # fmt: skip
     stats = writer.run_partition(0, new.to_batches())
+    cpu = time.process_time() - cpu
     assert stats is not None
     seconds = stats.column("seconds")[0].as_py()
     phases = dict(zip(online_sink.EXECUTOR_PHASES, seconds, strict=True))
@@ -97,6 +101,7 @@ def run_batch(
         "seconds": {k: round(v, 4) for k, v in phases.items()},
         "state_s": round(sum(phases[p] for p in STATE_PHASES), 4),
         "total_s": round(sum(seconds), 4),
+        "cpu_s": round(cpu, 4),
     }
 
 
@@ -161,6 +166,9 @@ def measure(
         "empty_median": phase_median(empty),
         "ratio_total": round(median(warm, "total_s") / median(empty, "total_s"), 2),
         "ratio_state_phases": round(median(warm, "state_s") / median(empty, "state_s"), 2),
+        "full_cpu_s": median(warm, "cpu_s"),
+        "empty_cpu_s": median(empty, "cpu_s"),
+        "ratio_cpu": round(median(warm, "cpu_s") / median(empty, "cpu_s"), 2),
         "cold_first_batch": full[0],
         "memory": state_memory(store, spec, batches),
     }
@@ -171,26 +179,29 @@ def markdown(record: dict[str, Any]) -> str:
     phases = online_sink.EXECUTOR_PHASES
     lines = [
         f"# {record['benchmark']}\n",
-        f"{record['machine']}; load average {record['load_average_1m']}. "
+        f"{record['machine']}; load average {record['load_average_1m']} at the start, "
+        f"{record['load_average_end']} at the end. "
         f"Scale: {record['scale']}.\n",
         "Median seconds per phase of partition 0's batch (24 h state: batches after the "
         "first, which loads the state cold; the first is the `cold` row).\n",
-        "| view | state | state rows | " + " | ".join(phases) + " | total | ratio |",
-        "|---|---|---:|" + "---:|" * (len(phases) + 2),
+        "| view | state | state rows | " + " | ".join(phases) + " | total | ratio | CPU s "
+        "| CPU ratio |",
+        "|---|---|---:|" + "---:|" * (len(phases) + 4),
     ]
     for view in record["views"]:
         cold = view["cold_first_batch"]
         cases = (
-            ("empty", view["empty_median"], view["empty_state"][0]["state_rows"], ""),
+            ("empty", view["empty_median"], view["empty_state"][0]["state_rows"], "",
+             view["empty_cpu_s"], ""),
             ("24 h", view["full_median"], view["full_state"][-1]["state_rows"],
-             f"{view['ratio_total']:.2f}x"),
-            ("24 h, cold", cold["seconds"], cold["state_rows"], ""),
+             f"{view['ratio_total']:.2f}x", view["full_cpu_s"], f"{view['ratio_cpu']:.2f}x"),
+            ("24 h, cold", cold["seconds"], cold["state_rows"], "", cold["cpu_s"], ""),
         )  # fmt: skip
-        for case, seconds, rows, ratio in cases:
+        for case, seconds, rows, ratio, cpu, cpu_ratio in cases:
             cells = " | ".join(f"{seconds[p]:.3f}" for p in phases)
             lines.append(
                 f"| {view['view']} | {case} | {rows:,} | {cells} "
-                f"| {sum(seconds.values()):.3f} | {ratio} |"
+                f"| {sum(seconds.values()):.3f} | {ratio} | {cpu:.3f} | {cpu_ratio} |"
             )
     lines += ["", "State held after the last batch (Arrow in memory; files on disk):", "",
               "| view | events | entities | bytes/event | bytes/entity | disk bytes |",
@@ -218,6 +229,7 @@ def main() -> int:
         online_sink.write_online = lambda store, rows: None
         online_sink.cached_store = lambda repo_path: None  # type: ignore[assignment,return-value]
     load = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at start: {load}", flush=True)
     views = []
     with tempfile.TemporaryDirectory(prefix="bench-stream-flat-") as tmp:
         root = Path(tmp)
@@ -241,6 +253,7 @@ def main() -> int:
         "benchmark": "stream job: one partition's micro-batch, empty state vs 24 h of state",
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, shared with other work",
         "load_average_1m": load,
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "recorded": datetime.now().astimezone().isoformat(timespec="seconds"),
         "scale": {
             "state_events": args.state_events,
@@ -262,6 +275,7 @@ def main() -> int:
         summary[v["view"]] = {
             "ratio_total": v["ratio_total"],
             "ratio_state_phases": v["ratio_state_phases"],
+            "ratio_cpu": v["ratio_cpu"],
             "full_total_s": round(sum(v["full_median"].values()), 3),
             "empty_total_s": round(sum(v["empty_median"].values()), 3),
         }
