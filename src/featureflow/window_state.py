@@ -14,7 +14,13 @@ micro-batches) followed by the new events, computes the view's features with
 - the state to keep: what a frame of a future on-time event (time >= the
   watermark, epoch ns) can still reach.
 
-The kernels see only the events (state and new) of the entities the new events
+A plain rolling view with an integer join key keeps its state as runs sorted by
+(entity, time) (:mod:`featureflow.state_runs`) and computes only the frames it
+emits, at query points (:func:`featureflow.features.features_at`): each new
+event's and each touched entity's latest, reading only the touched entities'
+events that those frames reach. Otherwise (tiled views keeping tile partials,
+session views, other keys) the state stays in event-time order and the
+kernels see only the events (state and new) of the entities the new events
 touch — plus, for a session view, those whose oldest session the watermark may
 close — since an entity's frames and sessions hold its own events only; the
 other entities' state is carried over as it is (pruned by time alone). Outputs
