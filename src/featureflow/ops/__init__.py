@@ -208,7 +208,7 @@ def rolling_at(
         return plan.nq
 
     _nonfinite.aggregate_values([r.values for r in parsed], names, columns, kernel)
-    return _tables.table(columns, len(qts))
+    return plan.in_query_order(_tables.table(columns, len(qts)))
 
 
 def merge_runs(runs: list[tuple[object, object]], cut_ns: int) -> np.ndarray:

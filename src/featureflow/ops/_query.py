@@ -43,8 +43,9 @@ class Run:
 class Plan:
     """The queries sorted by (key, t), grouped by key, with each key's segment per run.
 
-    ``qts[j]``: time of sorted query j; ``qout[j]``: its output row (its position
-    in the caller's query order); queries ``qoff[g]:qoff[g + 1]`` are of key
+    ``qts[j]``: time of sorted query j; ``qout[j]``: its output row (j: the
+    backends write in sorted order; ``order[j]`` is its position in the caller's
+    query order, see `in_query_order`); queries ``qoff[g]:qoff[g + 1]`` are of key
     ``group_keys[g]``; its rows in run r are ``segs[g, r, 0]:segs[g, r, 1]``;
     ``capacity``: the most rows one key holds over all runs.
     """
@@ -55,10 +56,20 @@ class Plan:
     group_keys: np.ndarray
     segs: np.ndarray
     capacity: int
+    order: np.ndarray
 
     @property
     def nq(self) -> int:
         return len(self.qts)
+
+    def in_query_order(self, table: pa.Table) -> pa.Table:
+        """Rows computed in sorted query order (``qout`` = 0, 1, ...) back in the
+        caller's query order."""
+        if len(self.order) < 2 or bool(np.all(self.order[1:] > self.order[:-1])):
+            return table
+        inverse = np.empty_like(self.order)
+        inverse[self.order] = np.arange(len(self.order))
+        return table.take(pa.array(inverse))
 
 
 def plan(runs: Sequence[Run], at_keys: np.ndarray, at_ts: np.ndarray) -> Plan:
@@ -78,7 +89,9 @@ def plan(runs: Sequence[Run], at_keys: np.ndarray, at_ts: np.ndarray) -> Plan:
         segs[:, r, 1] = np.searchsorted(run.keys, group_keys, side="right")
     held = (segs[:, :, 1] - segs[:, :, 0]).sum(axis=1) if len(runs) else np.zeros(0)
     capacity = int(held.max()) if len(held) else 0
-    return Plan(qts, order.astype(np.int64), qoff, group_keys, segs, capacity)
+    # outputs are written in sorted order (sequential stores), then put back in
+    # query order with one gather (`in_query_order`)
+    return Plan(qts, np.arange(len(qts), dtype=np.int64), qoff, group_keys, segs, capacity, order)
 
 
 def _search(
