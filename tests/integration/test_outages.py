@@ -11,7 +11,8 @@ shared broker on 127.0.0.1:9092 is never touched). The topic has two Kafka
 partitions of uneven sizes and time spans, 1,100 users, each partition in
 event-time order (so an event's features do not depend on how the stream is
 cut into micro-batches, and the uninterrupted run may read it all in one); the
-outage runs read 100 records a micro-batch, so the outages land mid-stream.
+outage runs read 100 (Redis) or 300 (SQLite) records a micro-batch, so the
+outages land mid-stream.
 Two job runs share the outages: Redis as the online store (Kafka stopped,
 then Redis restarted, then Redis SIGSTOPped past its 2 s socket timeout) and
 SQLite (a write lock held by another process past the 2 s lock wait).
@@ -57,9 +58,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # Per Kafka partition: (events, users, span in s, end before END_NS in s).
 LAYOUT = ((1100, 800, 5 * 3600, 0), (400, 300, 2 * 3600, 1200))
 COMMON = ("--partitions", "8", "--idle-partition-timeout", "1h")
-OPTIONS = (
-    *COMMON, "--max-offsets-per-trigger", "100", "--retry-budget", "3m", "--kafka-timeout", "5s",
-)  # fmt: skip
+OPTIONS = (*COMMON, "--retry-budget", "3m", "--kafka-timeout", "5s")
+REDIS_RUN = (*OPTIONS, "--max-offsets-per-trigger", "100")  # 15 batches: room for 3 outages
+SQLITE_RUN = (*OPTIONS, "--max-offsets-per-trigger", "300")  # 5 batches: room for 1
 TIMEOUT_S = 2  # Redis socket timeout and SQLite lock wait of the outage runs
 KAFKA_DOWN_S = 20
 REDIS_DOWN_S = 5
@@ -242,7 +243,7 @@ def test_kafka_stopped_redis_restarted_and_paused_the_job_carries_on(
         apply(repo, topic.name)
         run = RunningJob(
             job_command(repo, topic.bootstrap, tmp_path / "checkpoint", "--available-now",
-                        *OPTIONS), tmp_path / "job.log", {})  # fmt: skip
+                        *REDIS_RUN), tmp_path / "job.log", {})  # fmt: skip
         try:
             kafka = _outage(
                 run, "kafka", lambda: kafka_broker.stop(topic.broker),
@@ -285,7 +286,7 @@ def test_sqlite_locked_by_another_process_the_job_carries_on(
     repo = copy_repo(tmp_path)
     apply(repo, topic.name)
     run = RunningJob(
-        job_command(repo, topic.bootstrap, tmp_path / "checkpoint", "--available-now", *OPTIONS),
+        job_command(repo, topic.bootstrap, tmp_path / "checkpoint", "--available-now", *SQLITE_RUN),
         tmp_path / "job.log", {LOCK_TIMEOUT_ENV: str(TIMEOUT_S)},
     )  # fmt: skip
     holder: list[subprocess.Popen[str]] = []
