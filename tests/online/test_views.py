@@ -119,3 +119,17 @@ def test_a_stale_view_keeps_its_fields_in_the_shared_hash(
     assert online["events"] == [1 * 7 + 3 * 3 + 1]  # sessions: still the stored one
     client = redis_client(store)
     assert all(0 < client.ttl(key) <= 3600 for key in client.scan_iter())  # EXPIRE too
+
+
+def test_more_entities_than_one_block_of_commands(tmp_path: Path, redis_url: str) -> None:
+    """Commands are built in blocks of ``_BLOCK`` entities: a write spanning several."""
+    from featureflow.online.redis import _BLOCK
+
+    many = [(uid, uid % 3, 0) for uid in range(2 * _BLOCK + 17)]
+    together = _store(tmp_path / "together", redis_url)
+    apart = _store(tmp_path / "apart", redis_url)
+    tables = {"rolling": _table("rolling", many), "sessions": _table("sessions", many[::2])}
+    stats = write_views(together, tables)
+    for view, table in tables.items():
+        assert stats[view].written == write(apart, view, table).written == table.num_rows
+    assert redis_hashes(together) == redis_hashes(apart)

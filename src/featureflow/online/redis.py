@@ -368,8 +368,8 @@ class _Plan:
         keys = B.concat(_bulk([union, B.const(project, n)]))
         pairs = [1 + len(f) for f in fields]
         plan = cls(keys, keys, ts_fields, pairs, segments, rows, seconds, nanos, ttl)
-        plan.commands = _join([plan._commands(np.arange(lo, min(lo + _BLOCK, n)), plan.present)
-                               for lo in range(0, n, _BLOCK)])
+        blocks = [np.arange(lo, min(lo + _BLOCK, n)) for lo in range(0, n, _BLOCK)]
+        plan.commands = _join([plan._commands(block, plan.present[block]) for block in blocks])
         return plan
 
     @classmethod
