@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec
@@ -47,7 +48,7 @@ from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
-from featureflow.spark.state import StateStore
+from featureflow.spark.state import StateStore, filesystem_of
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,
     DEFAULT_IDLE_TIMEOUT_NS,
@@ -445,6 +446,26 @@ def topic_groups(specs: list[StreamViewSpec]) -> list[list[StreamViewSpec]]:
     return list(groups.values())
 
 
+def checkpoint_order(root: str, specs: list[StreamViewSpec]) -> list[StreamViewSpec]:
+    """The views of one query in the order that names its checkpoint, ``<root>/<a>+<b>...``.
+
+    The order matters twice: it names the query's checkpoint directory, and its
+    first view keeps the watermarks. The registry lists views in no fixed order
+    (two applies of one repo gave both orders), so a query takes the order of an
+    existing checkpoint of the same views under ``root``, else their names sorted.
+    """
+    names = sorted(spec.name for spec in specs)
+    by_name = {spec.name: spec for spec in specs}
+    if len(specs) > 1:
+        filesystem, base = filesystem_of(root)
+        found = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+        for info in found:
+            parts = info.base_name.split("+")
+            if info.type == pafs.FileType.Directory and sorted(parts) == names:
+                return [by_name[name] for name in parts]
+    return [by_name[name] for name in names]
+
+
 def start_topic_query(
     spark: SparkSession,
     specs: list[StreamViewSpec],
@@ -460,6 +481,7 @@ def start_topic_query(
     """
     partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     root = options.checkpoint.rstrip("/")
+    specs = checkpoint_order(root, specs)
     views = []
     for spec in specs:
         state = StateStore(f"{root}/{spec.name}/featureflow-state", partitions)
