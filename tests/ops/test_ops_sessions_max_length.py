@@ -14,13 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from ops_strategies import Rows, rows
-from test_ops_rolling import in_ts_order
 from test_ops_windows import assert_sessions_match
 
 import featureflow.ops as ops
 
 ALL = list(ops.AGGS)
-IN_ORDER_AGGS = ["count", "sum", "mean", "min", "max", "first", "last"]
 MIN = 60 * 10**9
 GAPS = st.sampled_from([1, 3, 50, 10**5])
 MAX_LENGTHS = st.sampled_from([1, 2, 7, 60, 10**4, 10**6])
@@ -85,42 +83,6 @@ def test_capped_sessions_without_count_distinct_match_duckdb(
     gaps, arg = _gaps(data, gap, dynamic)
     table = ops.sessions(data.ts, data.values, arg, aggs, keys=data.keys, max_length=max_length)
     expected = oracle.sessions(data.ts, data.values, gaps, aggs, data.keys, max_length)
-    assert_sessions_match(table, expected, aggs, keyed=data.keys is not None)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    data=rows(),
-    gap=GAPS,
-    max_length=MAX_LENGTHS,
-    aggs=st.lists(st.sampled_from(IN_ORDER_AGGS), min_size=1, max_size=7, unique=True),
-    grouped=st.booleans(),
-    by_close=st.booleans(),
-)
-def test_capped_sessions_over_ts_ordered_input_match_duckdb(
-    data: Rows, gap: int, max_length: int, aggs: list[str], grouped: bool, by_close: bool
-) -> None:
-    """The in-order passes (by close without first/last, two passes with them) and
-    the grouping path (`grouped`: only its scratch is offered) over ts-ordered input."""
-    from featureflow.ops._mojo import NativeBackend
-
-    ends = ("first", "last")
-    if by_close:
-        aggs = [a for a in aggs if a not in ends] or ["min"]
-    elif not set(ends) & set(aggs):
-        aggs = [*aggs, "last"]
-    data = in_ts_order(data)
-    n = len(data.ts)
-    with pytest.MonkeyPatch.context() as mp:
-        if grouped:
-            scratch = NativeBackend._scratch
-
-            def no_in_order(self: NativeBackend, kind: str, *sizes: int) -> int:
-                return 0 if kind == "sessions_in_order" else scratch(self, kind, *sizes)
-
-            mp.setattr(NativeBackend, "_scratch", no_in_order)
-        table = ops.sessions(data.ts, data.values, gap, aggs, keys=data.keys, max_length=max_length)
-    expected = oracle.sessions(data.ts, data.values, np.full(n, gap), aggs, data.keys, max_length)
     assert_sessions_match(table, expected, aggs, keyed=data.keys is not None)
 
 

@@ -121,23 +121,25 @@ def test_empty_inputs_have_the_schema() -> None:
 IN_ORDER_AGGS = ["count", "sum", "mean", "min", "max", "first", "last"]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     data=rows(),
     gap=st.sampled_from([1, 3, 50, 10**5]),
     aggs=st.lists(st.sampled_from(IN_ORDER_AGGS), min_size=1, max_size=7, unique=True),
     grouped=st.booleans(),
     by_close=st.booleans(),
+    max_length=st.none() | st.sampled_from([1, 2, 7, 60, 10**4, 10**6]),
 )
 def test_sessions_over_ts_ordered_input_match_duckdb(
-    data: Rows, gap: int, aggs: list[str], grouped: bool, by_close: bool
+    data: Rows, gap: int, aggs: list[str], grouped: bool, by_close: bool, max_length: int | None
 ) -> None:
     """Keyed input in ts order with a fixed gap and no std/var/count_distinct takes
     an in-order sessions pass over per-key states, no grouping copy: without
     first/last (`by_close`) one pass writes sessions as they close, then sorts
     them by key; with first or last, two passes (count each key's sessions, then
     aggregate into its slots). `grouped` forces the grouping path (its scratch is
-    the only one offered)."""
+    the only one offered). ``max_length``: sessions capped at that length (ns), or
+    not at all (None)."""
     from featureflow.ops._mojo import NativeBackend
 
     ends = ("first", "last")
@@ -155,6 +157,6 @@ def test_sessions_over_ts_ordered_input_match_duckdb(
                 return 0 if kind == "sessions_in_order" else scratch(self, kind, *sizes)
 
             mp.setattr(NativeBackend, "_scratch", no_in_order)
-        table = ops.sessions(data.ts, data.values, gap, aggs, keys=data.keys)
-    expected = oracle.sessions(data.ts, data.values, np.full(n, gap), aggs, data.keys)
+        table = ops.sessions(data.ts, data.values, gap, aggs, keys=data.keys, max_length=max_length)
+    expected = oracle.sessions(data.ts, data.values, np.full(n, gap), aggs, data.keys, max_length)
     assert_sessions_match(table, expected, aggs, keyed=data.keys is not None)
