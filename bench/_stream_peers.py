@@ -234,6 +234,36 @@ def run_spark_window(
     return run_from_progress("Spark window(1 h, 10 min) hopping, noop sink", seen)
 
 
+def kafka_records(
+    spark: SparkSession, bootstrap: str, topic: str, max_offsets_per_trigger: int
+) -> DataFrame:
+    """The topic's raw records from the earliest offset, ``max_offsets_per_trigger`` a batch."""
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+        .load()
+    )
+
+
+def run_into_noop(frame: DataFrame, checkpoint: Path, system: str) -> StreamRun:
+    """``frame`` (streaming) into the ``noop`` sink, ``availableNow``, timed from its progress."""
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"{system}: the query failed: {query.exception()}")
+    seen: dict[int, dict[str, Any]] = {}
+    _progress(query, seen)
+    return run_from_progress(system, seen)
+
+
 def run_read_floor(
     spark: SparkSession, bootstrap: str, topic: str, checkpoint: Path, max_offsets_per_trigger: int
 ) -> StreamRun:
@@ -242,21 +272,8 @@ def run_read_floor(
     No parse, no shuffle: what any system reading this topic through Spark pays
     before doing anything with a record.
     """
-    query = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
+    return run_into_noop(
+        kafka_records(spark, bootstrap, topic, max_offsets_per_trigger),
+        checkpoint,
+        "Kafka source alone, noop sink (the read floor)",
     )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(f"the Kafka read-floor query failed: {query.exception()}")
-    seen: dict[int, dict[str, Any]] = {}
-    _progress(query, seen)
-    return run_from_progress("Kafka source alone, noop sink (the read floor)", seen)

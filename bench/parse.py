@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stream_peers import StreamRun, _progress, run_from_progress, run_read_floor  # noqa: E402
+from _stream_peers import StreamRun, kafka_records, run_into_noop, run_read_floor  # noqa: E402
 
 from featureflow.events import sample  # noqa: E402
 from featureflow.events.json_batch import BatchJsonParser  # noqa: E402
@@ -120,28 +120,13 @@ def _parse_stage(
 ) -> StreamRun:
     from featureflow.spark.parse import parse_events
 
-    raw = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", spec.bootstrap_servers)
-        .option("subscribe", spec.topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(1_000_000))
-        .load()
-    )
-    query = (
-        parse_events(raw, spec, vectorised=vectorised)
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise RuntimeError(f"the parse query failed: {query.exception()}")
-    seen: dict[int, dict[str, Any]] = {}
-    _progress(query, seen)
+    raw = kafka_records(spark, spec.bootstrap_servers, spec.topic, 1_000_000)
     how = "vectorised" if vectorised else "per record"
-    return run_from_progress(f"Kafka -> parse_events ({how}) -> noop", seen)
+    return run_into_noop(
+        parse_events(raw, spec, vectorised=vectorised),
+        checkpoint,
+        f"Kafka -> parse_events ({how}) -> noop",
+    )
 
 
 def source_stage(events: int, bootstrap: str, rounds: int) -> list[dict[str, Any]]:
