@@ -168,3 +168,12 @@ def tables(draw: st.DrawFn, ids: st.SearchStrategy[list[int]] | None = None,
                 values.append(draw(element))
         columns[name] = pa.array(values, arrow)
     return pa.table(columns)
+
+
+def amounts_table(n: int, amount: float) -> pa.Table:
+    """``n`` entities (``uid`` 0..n-1), one ``amount`` each, all at one event time."""
+    return pa.table({
+        "uid": pa.array(range(n), pa.int64()),
+        "ts": pa.array([1_000_000_000] * n, pa.timestamp("us", "UTC")),
+        "amount": pa.array([amount] * n),
+    })  # fmt: skip

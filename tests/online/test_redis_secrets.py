@@ -8,12 +8,11 @@ from __future__ import annotations
 import secrets as random_secrets
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 import redis
 from feast.infra.online_stores.redis import RedisOnlineStoreConfig
 from feast.types import Float64
-from online_helpers import VIEW, make_store, read
+from online_helpers import VIEW, amounts_table, make_store, read
 
 from featureflow.errors import OnlineStoreError
 from featureflow.infra.redis_server import RedisServer
@@ -21,14 +20,6 @@ from featureflow.infra.tls import make_self_signed
 from featureflow.online import write
 
 pytestmark = pytest.mark.integration
-
-
-def _table(n: int, amount: float) -> pa.Table:
-    return pa.table({
-        "uid": pa.array(range(n), pa.int64()),
-        "ts": pa.array([1_000_000_000] * n, pa.timestamp("us", "UTC")),
-        "amount": pa.array([amount] * n),
-    })  # fmt: skip
 
 
 def test_secured_redis_writes_and_its_errors_show_the_address_only(tmp_path: Path) -> None:
@@ -45,7 +36,7 @@ def test_secured_redis_writes_and_its_errors_show_the_address_only(tmp_path: Pat
             tmp_path / "repo", RedisOnlineStoreConfig(connection_string=server.connection_string),
             features={"amount": Float64},
         )  # fmt: skip
-        write(store, VIEW, _table(10, 1.5))
+        write(store, VIEW, amounts_table(10, 1.5))
         assert read(store, list(range(10)), ["amount"])["amount"] == [1.5] * 10
 
         # Redis rejects part of a write: a key of the wrong type.
@@ -56,7 +47,7 @@ def test_secured_redis_writes_and_its_errors_show_the_address_only(tmp_path: Pat
         client.delete(poisoned)
         client.set(poisoned, b"not a hash")
         with pytest.raises(OnlineStoreError, match="WRONGTYPE") as rejected:
-            write(store, VIEW, _table(10, 2.5))
+            write(store, VIEW, amounts_table(10, 2.5))
 
         wrong = server.connection_string.replace(password, "wrong-" + password[::-1])
         bad_store = make_store(
@@ -64,14 +55,14 @@ def test_secured_redis_writes_and_its_errors_show_the_address_only(tmp_path: Pat
             features={"amount": Float64},
         )  # fmt: skip
         with pytest.raises(OnlineStoreError) as refused:
-            write(bad_store, VIEW, _table(3, 1.0))
+            write(bad_store, VIEW, amounts_table(3, 1.0))
         port = server.port
     down = make_store(
         tmp_path / "down", RedisOnlineStoreConfig(connection_string=server.connection_string),
         features={"amount": Float64},
     )  # fmt: skip
     with pytest.raises(OnlineStoreError) as unreachable:
-        write(down, VIEW, _table(3, 1.0))
+        write(down, VIEW, amounts_table(3, 1.0))
 
     for error in (rejected.value, refused.value, unreachable.value):
         text = str(error)
