@@ -14,7 +14,7 @@ from feast.infra.online_stores.redis import RedisOnlineStoreConfig
 from feast.types import Float64
 from online_helpers import VIEW, amounts_table, make_store, read
 
-from featureflow.errors import OnlineStoreError
+from featureflow.errors import OnlineStoreError, OnlineStoreUnavailableError
 from featureflow.infra.redis_server import RedisServer
 from featureflow.infra.tls import make_self_signed
 from featureflow.online import write
@@ -56,6 +56,9 @@ def test_secured_redis_writes_and_its_errors_show_the_address_only(tmp_path: Pat
         )  # fmt: skip
         with pytest.raises(OnlineStoreError) as refused:
             write(bad_store, VIEW, amounts_table(3, 1.0))
+        # A wrong password is a setting to fix, not an outage the job would retry.
+        assert not isinstance(refused.value, OnlineStoreUnavailableError), refused.value
+        assert "connection_string" in str(refused.value), refused.value
         port = server.port
     down = make_store(
         tmp_path / "down", RedisOnlineStoreConfig(connection_string=server.connection_string),

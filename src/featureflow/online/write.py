@@ -13,6 +13,8 @@ from feast import FeatureStore
 from feast.infra.online_stores.helpers import compute_table_id, compute_versioned_name
 from feast.infra.online_stores.redis import RedisOnlineStoreConfig, RedisType
 from feast.infra.online_stores.sqlite import SqliteOnlineStoreConfig
+from redis.exceptions import AuthenticationError as RedisAuthenticationError
+from redis.exceptions import AuthorizationError as RedisAuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -59,12 +61,26 @@ def _store_kind(store: FeatureStore) -> str | None:
     return None
 
 
+_REFUSED_CREDENTIALS = (RedisAuthenticationError, RedisAuthorizationError)
+"""redis-py raises these as kinds of ConnectionError; a wrong password is no outage."""
+
+
 def _unavailable(cause: BaseException | None) -> bool:
     """Whether a store failure is an outage (worth retrying) rather than a wrong setting or
-    value: a timeout, a refused or dropped connection, or SQLite's lock wait run out."""
+    value: a timeout, a refused or dropped connection, or SQLite's lock wait run out. Refused
+    credentials are a wrong setting."""
     if isinstance(cause, sqlite3.OperationalError):
         return "locked" in str(cause) or "busy" in str(cause)
+    if isinstance(cause, _REFUSED_CREDENTIALS):
+        return False
     return isinstance(cause, OSError | RedisConnectionError | RedisTimeoutError)
+
+
+def _credentials_refused(error: BaseException) -> OnlineStoreError:
+    return OnlineStoreError(
+        f"Redis refused the credentials ({str(error).rstrip('.')}): check the password (and the "
+        "user) in the online store's connection_string in feature_store.yaml"
+    )
 
 
 def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
@@ -131,11 +147,15 @@ def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
                 batch,
             )
     except OnlineStoreError as error:
+        if isinstance(error.__cause__, _REFUSED_CREDENTIALS):
+            raise _credentials_refused(error) from error.__cause__
         if _unavailable(error.__cause__):
             service = "SQLite" if kind == "sqlite" else "Redis"
             raise OnlineStoreUnavailableError(service, str(error)) from error.__cause__
         raise
-    except (RedisConnectionError, RedisTimeoutError) as error:  # taking a pooled connection
+    except _REFUSED_CREDENTIALS as error:  # taking a pooled connection
+        raise _credentials_refused(error) from error
+    except (RedisConnectionError, RedisTimeoutError) as error:
         raise OnlineStoreUnavailableError("Redis", str(error)) from error
     return WriteStats(kind, table.num_rows, batch.n, written, skipped,
                       time.perf_counter() - started)
@@ -168,10 +188,14 @@ def write_views(store: FeatureStore, tables: Mapping[str, pa.Table]) -> dict[str
     try:
         counts = redis_store.write_views(config.online_store, config.project, batches)
     except OnlineStoreError as error:
+        if isinstance(error.__cause__, _REFUSED_CREDENTIALS):
+            raise _credentials_refused(error) from error.__cause__
         if _unavailable(error.__cause__):
             raise OnlineStoreUnavailableError("Redis", str(error)) from error.__cause__
         raise
-    except (RedisConnectionError, RedisTimeoutError) as error:  # taking a pooled connection
+    except _REFUSED_CREDENTIALS as error:  # taking a pooled connection
+        raise _credentials_refused(error) from error
+    except (RedisConnectionError, RedisTimeoutError) as error:
         raise OnlineStoreUnavailableError("Redis", str(error)) from error
     seconds = time.perf_counter() - started
     return {
