@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -108,7 +107,6 @@ def _unhex(text: str) -> str:
     return bytes.fromhex(text).decode("utf-16-be") if text else ""
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK (java)")
 def test_the_parser_reads_generated_files_as_java_util_properties_does(tmp_path: Path) -> None:
     rng = random.Random(20261201)
     texts = ["".join(rng.choice(_PIECES) for _ in range(rng.randint(0, 25))) for _ in range(400)]
