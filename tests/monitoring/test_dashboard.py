@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "featureflow.json"
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
 METRIC = re.compile(r"\bfeatureflow_[a-z0-9_]+")
-UNIT = re.compile(r"\((seconds|records|events|events/s|batches|rows|boolean)\)$")
+UNIT = re.compile(r"\((seconds|records|events|events/s|batches|rows|bytes|boolean)\)$")
 
 
 def served_names(text: str) -> set[str]:
