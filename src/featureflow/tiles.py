@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from featureflow import ops
 from featureflow.ops._aggs import result_type
 from featureflow.repo import StreamViewSpec
+from featureflow.state_delta import APPEND, StateDelta
 
 TILE_START = "tile_start_ns"
 """Column of a tile table: the tile's start, int64 epoch ns (a multiple of the hop)."""
@@ -181,17 +182,30 @@ def compact(
     before every future frame (start < ``floor((watermark - W) / hop) * hop``
     for the largest W) are dropped.
     """
+    bound, tiles_delta = compaction(events, spec, watermark_ns, event_ns_column)
+    kept = events.filter(pc.greater_equal(events.column(event_ns_column), bound))
+    return kept, tiles_delta.apply(tiles if tiles is not None and tiles.num_rows else None)
+
+
+def compaction(
+    events: pa.Table, spec: StreamViewSpec, watermark_ns: int, event_ns_column: str = "event_ns"
+) -> tuple[int, StateDelta]:
+    """:func:`compact` as a change: (the compaction bound, the tiles' delta).
+
+    The raw events before the bound (ns) leave the state; the tile table gains the
+    partials of ``events`` between the oldest tile any future frame reaches and
+    the bound, and loses the tiles starting before that oldest one. The new
+    partials all start at or after it (it is a multiple of the hop), so
+    appending then cutting equals cutting then appending.
+    """
     assert spec.tile_hop_ns is not None
     hop = spec.tile_hop_ns
     bound = compaction_bound_ns(spec, watermark_ns)
     oldest = ((watermark_ns - max(spec.windows_ns)) // hop) * hop
     ts = events.column(event_ns_column)
     folding = events.filter(pc.and_(pc.greater_equal(ts, oldest), pc.less(ts, bound)))
-    kept = [partials(folding, spec, event_ns_column)]
-    if tiles is not None and tiles.num_rows:
-        kept.insert(0, tiles.filter(pc.greater_equal(tiles.column(TILE_START), oldest)))
-    merged = pa.concat_tables([t.cast(kept[-1].schema) for t in kept])
-    return events.filter(pc.greater_equal(ts, bound)), merged
+    closed = partials(folding, spec, event_ns_column)
+    return bound, StateDelta(closed, APPEND, cut=oldest, cut_column=TILE_START)
 
 
 class _TileSuffixes:

@@ -29,6 +29,8 @@ equal one computation over every entity (``touched_only=False``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +38,14 @@ import pyarrow.compute as pc
 from featureflow import features, state_runs, tiles
 from featureflow.columns import EVENT_NS
 from featureflow.repo import SESSION_START, StreamViewSpec
+from featureflow.state_delta import (
+    RUNS,
+    TIME,
+    StateDelta,
+    in_time_order,
+    keep_from_table,
+    runs_with,
+)
 
 
 def with_event_timestamp(table: pa.Table, spec: StreamViewSpec) -> pa.Table:
@@ -66,23 +76,6 @@ def online_rows(
     return with_event_timestamp(latest, spec)
 
 
-def in_time_order(events: pa.Table, new_rows: int) -> tuple[pa.Table, np.ndarray]:
-    """``events`` (state, then ``new_rows`` new events) sorted by event time, and which
-    rows are new (bool per sorted row).
-
-    The sort is stable: equal times keep their order, state before new events.
-    The kernels take their in-order passes on time-ordered input, and state saved
-    from sorted events stays sorted, so the next batch's sort only merges it with
-    the (nearly sorted) new events.
-    """
-    ts = events.column(EVENT_NS).to_numpy()
-    first_new = events.num_rows - new_rows
-    if len(ts) < 2 or bool(np.all(ts[1:] >= ts[:-1])):
-        return events, np.arange(events.num_rows) >= first_new
-    order = np.argsort(ts, kind="stable")
-    return events.take(order), order >= first_new
-
-
 def touched_rows(
     events: pa.Table, is_new: np.ndarray, join_key: str, also: pa.Array | None = None
 ) -> np.ndarray:
@@ -92,6 +85,23 @@ def touched_rows(
     if also is not None:
         wanted = pc.unique(pa.concat_arrays([wanted, also.cast(wanted.type)]))
     return np.asarray(pc.is_in(keys, value_set=wanted).to_numpy(zero_copy_only=False))
+
+
+@dataclass(frozen=True)
+class StateStep:
+    """A view's results for a partition's micro-batch, with its state's change.
+
+    ``kept`` (and ``kept_tiles``) is the new state; ``delta`` (``tiles_delta``) is how
+    it follows from the state the batch read (:class:`featureflow.state_delta.StateDelta`:
+    ``delta.apply(prior)`` rebuilds ``kept`` exactly).
+    """
+
+    rows: pa.Table
+    history: pa.Table
+    kept: pa.Table
+    delta: StateDelta
+    kept_tiles: pa.Table | None = None
+    tiles_delta: StateDelta | None = None
 
 
 def rolling_outputs(
@@ -123,15 +133,34 @@ def rolling_outputs(
     dropped; the same outputs). Other views: the kernels compute the touched entities'
     events only (``touched_only``; False: every entity's, the same outputs).
     """
+    step = rolling_step(events, new_rows, spec, watermark_ns, tile_state, touched_only=touched_only)
+    return step.rows, step.history, step.kept, step.kept_tiles
+
+
+def rolling_step(
+    events: pa.Table,
+    new_rows: int,
+    spec: StreamViewSpec,
+    watermark_ns: int,
+    tile_state: pa.Table | None = None,
+    *,
+    touched_only: bool = True,
+) -> StateStep:
+    """:func:`rolling_outputs` with the state's deltas: the new events appended, then the
+    runs compacted at the earliest time a future frame reaches (runs), or the events
+    before it (time order; tiled: before the compaction bound) dropped, and for a tiled
+    view the closed tiles' partials appended and the tiles no frame reaches dropped."""
     key_type = events.schema.field(spec.join_key).type
     if not tiles.compactable(spec) and pa.types.is_integer(key_type):
         return _rolling_at_queries(events, new_rows, spec, watermark_ns, touched_only)
+    appended = events.slice(events.num_rows - new_rows)
     events, is_new = in_time_order(events, new_rows)
     computed = events
     if touched_only:
         touched = touched_rows(events, is_new, spec.join_key)
         computed, is_new = events.filter(pa.array(touched)), is_new[touched]
     new_mask = pa.array(is_new)
+    kept_tiles, tiles_delta = None, None
     if tiles.compactable(spec):
         key_type = events.schema.field(spec.join_key).type
         earlier = tile_state if tile_state is not None else tiles.empty_tiles(spec, key_type)
@@ -139,17 +168,15 @@ def rolling_outputs(
             earlier.column(spec.join_key), value_set=pc.unique(computed.column(spec.join_key))
         )
         per_event = tiles.event_features(computed, earlier.filter(theirs), spec)
-        kept, kept_tiles = tiles.compact(events, earlier, spec, watermark_ns)
+        bound, tiles_delta = tiles.compaction(events, spec, watermark_ns)
+        delta = StateDelta(appended, TIME, cut=bound)
+        kept_tiles = tiles_delta.apply(tile_state)
     else:
         per_event = features.event_features(computed, spec)
-        keep_from_ns = watermark_ns - max(spec.windows_ns)
-        if spec.tile_hop_ns:  # a tiled frame starts at floor((t - W) / hop) * hop
-            keep_from_ns = (keep_from_ns // spec.tile_hop_ns) * spec.tile_hop_ns
-        kept = events.filter(pc.greater_equal(events.column(EVENT_NS), keep_from_ns))
-        kept_tiles = None
+        delta = StateDelta(appended, TIME, cut=_keep_from_ns(spec, watermark_ns))
     rows = online_rows(per_event, spec, entities=computed.column(spec.join_key).filter(new_mask))
     history = with_event_timestamp(per_event.filter(new_mask), spec)
-    return rows, history, kept, kept_tiles
+    return StateStep(rows, history, delta.evict(events), delta, kept_tiles, tiles_delta)
 
 
 def _keep_from_ns(spec: StreamViewSpec, watermark_ns: int) -> int:
@@ -162,14 +189,12 @@ def _keep_from_ns(spec: StreamViewSpec, watermark_ns: int) -> int:
 
 def _rolling_at_queries(
     events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int, touched_only: bool
-) -> tuple[pa.Table, pa.Table, pa.Table, None]:
-    """:func:`rolling_outputs` of a view whose state is runs (see there)."""
+) -> StateStep:
+    """:func:`rolling_step` of a view whose state is runs (see :func:`rolling_outputs`)."""
     key = spec.join_key
     state_rows = events.num_rows - new_rows
-    runs = state_runs.runs_of(events.slice(0, state_rows), key)
     new = events.slice(state_rows)
-    if new_rows:
-        runs.append(state_runs.sorted_run(new, key))
+    runs = runs_with(events.slice(0, state_rows), new, key)
     new_keys = np.asarray(new.column(key).to_numpy())
     new_ts = np.asarray(new.column(EVENT_NS).to_numpy())
     by_time = np.argsort(new_ts, kind="stable")  # history in event-time order
@@ -185,9 +210,8 @@ def _rolling_at_queries(
             pc.is_in(latest.column(key), pa.array(touched, latest.column(key).type))
         )
     rows = with_event_timestamp(latest, spec)
-    kept_runs = state_runs.compact(runs, key, _keep_from_ns(spec, watermark_ns))
-    kept = state_runs.state_table(kept_runs, events.schema)
-    return rows, history, kept, None
+    delta = StateDelta(new, RUNS, cut=_keep_from_ns(spec, watermark_ns), key=key)
+    return StateStep(rows, history, delta.from_runs(runs), delta)
 
 
 def session_outputs(
@@ -219,10 +243,26 @@ def session_outputs(
     its first event + max length >= the watermark) that no new event changed, so
     its events stay in the state as they are.
     """
+    step = session_step(events, new_rows, spec, watermark_ns, touched_only=touched_only)
+    return step.rows, step.history, step.kept
+
+
+def session_step(
+    events: pa.Table,
+    new_rows: int,
+    spec: StreamViewSpec,
+    watermark_ns: int,
+    *,
+    touched_only: bool = True,
+) -> StateStep:
+    """:func:`session_outputs` with the state's delta: the new events appended, the state
+    kept in time order, and of each entity the kernels computed, the events before its
+    first open session dropped (all of them when it has none open)."""
     assert spec.session_gap_ns is not None
     gap, max_length = spec.session_gap_ns, spec.session_max_length_ns
+    appended = events.slice(events.num_rows - new_rows)
     everything, is_new = in_time_order(events, new_rows)
-    events, computed_rows = everything, np.ones(everything.num_rows, dtype=bool)
+    events = everything
     if touched_only:
         may_close = pc.less(everything.column(EVENT_NS), watermark_ns - min(gap, max_length))
         closing = everything.column(spec.join_key).filter(may_close).combine_chunks()
@@ -238,12 +278,15 @@ def session_outputs(
     closed = pa.array((last_ns + gap < watermark_ns) | (start_ns + max_length < watermark_ns))
     history = with_event_timestamp(sessions.filter(closed), spec)
     open_sessions = sessions.filter(pc.invert(closed))
-    # Keep an event when its entity has an open session that started at or before it.
+    # Keep an entity's events from its first open session's start on (none: drop them all).
+    computed = pc.unique(events.column(spec.join_key))
     starts = open_sessions.column(SESSION_START).cast(pa.int64()).to_numpy() * 1_000
-    at = pc.index_in(events.column(spec.join_key), open_sessions.column(spec.join_key))
+    at = pc.index_in(computed, open_sessions.column(spec.join_key))
     has_open = pc.is_valid(at).to_numpy(zero_copy_only=False)
-    start_of_event = np.full(events.num_rows, np.iinfo(np.int64).max, dtype=np.int64)
-    start_of_event[has_open] = starts[at.filter(pc.is_valid(at)).to_numpy()]
-    keep = ~computed_rows  # the other entities' events all stay
-    keep[computed_rows] = events.column(EVENT_NS).to_numpy() >= start_of_event
-    return rows, history, everything.filter(pa.array(keep))
+    keep_from = np.full(len(computed), np.iinfo(np.int64).max, dtype=np.int64)
+    keep_from[has_open] = starts[at.filter(pc.is_valid(at)).to_numpy()]
+    delta = StateDelta(
+        appended, TIME, key=spec.join_key,
+        keep_from=keep_from_table(computed, keep_from, spec.join_key),
+    )  # fmt: skip
+    return StateStep(rows, history, delta.evict(everything), delta)

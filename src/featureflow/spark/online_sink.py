@@ -29,7 +29,13 @@ from featureflow.spark import failpoints
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.state import StateStore
-from featureflow.window_state import rolling_outputs, session_outputs
+from featureflow.state_delta import StateDelta, stack
+from featureflow.window_state import (  # rolling_outputs, session_outputs: bench/stream.py
+    rolling_outputs,  # noqa: F401
+    rolling_step,
+    session_outputs,  # noqa: F401
+    session_step,
+)
 
 if TYPE_CHECKING:
     from feast import FeatureStore
@@ -101,6 +107,9 @@ class ViewOutputs:
     new_ns: np.ndarray
     """Event times (epoch ns) of the new events."""
     clock: _PhaseClock = field(default_factory=_PhaseClock)
+    delta: StateDelta | None = None
+    """How ``kept`` follows from the state the task read (what the save writes)."""
+    tiles_delta: StateDelta | None = None
 
     @property
     def new_rows(self) -> int:
@@ -138,45 +147,50 @@ class ViewTask:
     offline_suffix: str = ""
     """Appended to the offline file's name (the session closer's own file)."""
 
+    @property
+    def before(self) -> int:
+        """The batch id the task's state is read before (:attr:`reads_before`)."""
+        return self.batch_id if self.reads_before is None else self.reads_before
+
     def compute(self, partition: int, received: list[pa.RecordBatch]) -> ViewOutputs | None:
         """State load and compute of partition ``partition`` with its new events
         ``received`` (non-empty batches); None when the batch changes nothing for this
         view there (the newest state version stays valid)."""
         clock = _PhaseClock()
-        before = self.batch_id if self.reads_before is None else self.reads_before
-        prior = self.state.load_events(partition, before_batch=before)
+        prior = self.state.load_events(partition, before_batch=self.before)
         if not received and prior is None:
             return None
         prior_tiles = (
-            self.state.load_tiles(partition, before_batch=before)
+            self.state.load_tiles(partition, before_batch=self.before)
             if tiles.compactable(self.spec)
             else None
         )
         new_events = pa.Table.from_batches(received) if received else None
-        parts = [table for table in (prior, new_events) if table is not None]
-        events = pa.concat_tables([parts[0], *(t.cast(parts[0].schema) for t in parts[1:])])
+        events = stack(prior, new_events)
+        assert events is not None
         new_rows = 0 if new_events is None else new_events.num_rows
         clock.lap("state_load")
         if self.spec.is_session_view:
-            rows, history, kept = session_outputs(events, new_rows, self.spec, self.watermark_ns)
-            kept_tiles = None
+            step = session_step(events, new_rows, self.spec, self.watermark_ns)
         else:
-            rows, history, kept, kept_tiles = rolling_outputs(
-                events, new_rows, self.spec, self.watermark_ns, prior_tiles
-            )
+            step = rolling_step(events, new_rows, self.spec, self.watermark_ns, prior_tiles)
         clock.lap("compute")
-        if not new_rows and not history.num_rows:
+        if not new_rows and not step.history.num_rows:
             return None  # no session closed: the newest state version stays valid
         if self.feature_schema is not None:
             from featureflow.schema import check_batch
 
-            check_batch(rows.schema, self.feature_schema)
-            check_batch(history.schema, self.feature_schema)
+            check_batch(step.rows.schema, self.feature_schema)
+            check_batch(step.history.schema, self.feature_schema)
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
-        return ViewOutputs(rows, history, kept, kept_tiles, new_ns, clock)
+        return ViewOutputs(
+            step.rows, step.history, step.kept, step.kept_tiles, new_ns, clock,
+            step.delta, step.tiles_delta,
+        )  # fmt: skip
 
     def finish(self, partition: int, outputs: ViewOutputs) -> None:
-        """Offline write and state save of ``outputs`` (after the online write)."""
+        """Offline write and state save of ``outputs`` (after the online write): each
+        state table as its delta from the version the task read."""
         clock = outputs.clock
         clock.restart()
         if outputs.history.num_rows:
@@ -185,8 +199,13 @@ class ViewTask:
             )
         clock.lap("offline_write")
         if outputs.kept_tiles is not None:  # before the events: a reader takes both
-            self.state.save_tiles(partition, self.batch_id, outputs.kept_tiles)
-        self.state.save_events(partition, self.batch_id, outputs.kept)
+            self.state.save_tiles(
+                partition, self.batch_id, outputs.kept_tiles, outputs.tiles_delta,
+                read_before=self.before,
+            )  # fmt: skip
+        self.state.save_events(
+            partition, self.batch_id, outputs.kept, outputs.delta, read_before=self.before
+        )
         clock.lap("state_save")
 
     @staticmethod
