@@ -25,6 +25,7 @@ from online_helpers import (
     tables,
 )
 
+from featureflow.online import sqlite as sqlite_writer
 from featureflow.online import write
 
 _SETTINGS = settings(max_examples=15, deadline=None,
@@ -69,7 +70,9 @@ def test_sqlite_rows_and_reads_equal_feasts(sqlite_pair, table: pa.Table) -> Non
     feast_store, ff_store = sqlite_pair
     assume(_some_value(table))
     _feast_write(feast_store, table)
-    stats = write(ff_store, VIEW, table)
+    with pytest.MonkeyPatch.context() as patch:  # several INSERT ... SELECT blocks
+        patch.setattr(sqlite_writer, "_ENTITIES_PER_STATEMENT", 5)
+        stats = write(ff_store, VIEW, table)
     assert (stats.store, stats.written) == ("sqlite", table.num_rows)
     assert sqlite_rows(ff_store) == sqlite_rows(feast_store)
     ids = [*table.column("uid").to_pylist(), -1]

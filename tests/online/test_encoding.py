@@ -133,3 +133,19 @@ _LAYOUT_EDGES = [0.0, -0.0, 1.0, -7.0, 1e-4, 9.999e-5, 1e-5, 0.1 + 0.2, 1e15, 1.
 def test_float_reprs_are_pythons(values: list[float]) -> None:
     # Feast's value_text is str(float): Arrow's text is only kept where the layout matches
     assert E.float_reprs(pa.array(values, pa.float64())).to_pylist() == list(map(repr, values))
+
+
+@given(st.lists(st.integers(0, 10**12), max_size=40), st.integers(0, 3))
+def test_padded_decimal_is_zero_padded_digits(values: list[int], extra: int) -> None:
+    width = max([len(str(v)) for v in values], default=1) + extra
+    got = B.padded_decimal(np.array(values, dtype=np.int64), width).tobytes()
+    assert got == b"".join(str(v).zfill(width).encode() for v in values)
+
+
+@given(st.integers(1, 4).flatmap(lambda f: st.lists(
+    st.lists(st.one_of(st.none(), st.binary(max_size=5)), min_size=f, max_size=f),
+    max_size=12)))
+def test_interleave_is_row_major(rows: list[list[bytes | None]]) -> None:
+    width = len(rows[0]) if rows else 2
+    columns = [pa.array([r[j] for r in rows], pa.binary()) for j in range(width)]
+    assert B.interleave(columns).to_pylist() == [c or b"" for r in rows for c in r]

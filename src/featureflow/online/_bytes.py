@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -86,13 +87,17 @@ class Packed:
         """Rows ``start:stop`` (a view)."""
         return Packed(self.data, self.offsets[start : stop + 1])
 
-    def to_pylist(self) -> list[bytes]:
-        """One ``bytes`` object per row (built in C by Arrow)."""
+    def to_arrow(self) -> pa.Array:
+        """The rows as an Arrow ``large_binary`` array (no copy of the bytes)."""
         return pa.Array.from_buffers(
             pa.large_binary(),
             self.n,
-            [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data)],
-        ).to_pylist()
+            [None, pa.py_buffer(np.ascontiguousarray(self.offsets)), pa.py_buffer(self.data)],
+        )
+
+    def to_pylist(self) -> list[bytes]:
+        """One ``bytes`` object per row (built in C by Arrow)."""
+        return self.to_arrow().to_pylist()
 
 
 def const(value: bytes, n: int) -> Cells:
@@ -140,6 +145,41 @@ def ascii_decimal(values: npt.NDArray[np.integer]) -> Cells:
         power = np.maximum(digits - 1 - k, 0)
         matrix[:, k] = (v // (10**power)) % 10 + ord("0")
     return Cells(matrix, digits)
+
+
+_FOUR_DIGITS = np.array([b"%04d" % i for i in range(10_000)], dtype="S4").view(np.uint8).reshape(
+    10_000, 4)
+
+
+def padded_decimal(values: npt.NDArray[np.integer], width: int) -> U8:
+    """Non-negative integers as ``width`` ASCII digits each, zero-padded, back to back
+    (a fixed-stride table SQL can index with ``substr``). Four digits per table lookup."""
+    v = np.ascontiguousarray(values, dtype=np.int64)
+    groups = -(-width // 4)
+    matrix = np.empty((v.shape[0], groups * 4), dtype=np.uint8)
+    rest = v.copy()
+    for g in range(groups - 1, -1, -1):
+        matrix[:, 4 * g : 4 * g + 4] = _FOUR_DIGITS[rest % 10_000]
+        rest //= 10_000
+    return np.ascontiguousarray(matrix[:, groups * 4 - width :]).reshape(-1)
+
+
+def interleave(columns: Sequence[pa.Array]) -> Packed:
+    """Cell ``i * len(columns) + j`` is row ``i`` of ``columns[j]`` (binary or string
+    Arrow arrays of one length; nulls are empty): the cells of a row-major table, joined
+    by Arrow in C."""
+    if not columns:
+        return Packed(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    binary = [c.cast(pa.large_binary()) for c in columns]
+    joined = pc.binary_join_element_wise(*binary, pa.scalar(b"", pa.large_binary()),
+                                         null_handling="replace", null_replacement=b"")
+    lengths = np.stack([
+        np.asarray(pc.binary_length(c).fill_null(0).to_numpy(zero_copy_only=False),
+                   dtype=np.int64) for c in binary], axis=1).reshape(-1)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    data = from_arrow(joined)
+    return Packed(data.data[int(data.offsets[0]) :], offsets)
 
 
 def from_arrow(array: pa.Array) -> Packed:

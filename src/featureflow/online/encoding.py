@@ -218,9 +218,16 @@ def _list_parts(arr: pa.Array, value_type: ValueType) -> list[B.Cells | B.Packed
 
 def value_texts(arr: pa.Array, value_type: ValueType) -> list[str | None]:
     """SQLite's ``value_text`` column: ``str()`` of numbers and bools, the string itself."""
-    n = len(arr)
+    texts = value_text_array(arr, value_type)
+    return [None] * len(arr) if texts is None else texts.to_pylist()
+
+
+def value_text_array(arr: pa.Array, value_type: ValueType) -> pa.Array | None:
+    """:func:`value_texts` as an Arrow string array (null where Feast stores NULL), built
+    without Python per value; ``None`` when every row's text is NULL (lists, bytes,
+    timestamps have no ``value_text``)."""
     if value_type == ValueType.STRING:
-        return arr.to_pylist()
+        return arr
     if value_type in (ValueType.FLOAT, ValueType.DOUBLE):
         texts = float_reprs(arr.fill_null(0).cast(pa.float64()))
     elif value_type in (ValueType.INT32, ValueType.INT64):
@@ -228,11 +235,11 @@ def value_texts(arr: pa.Array, value_type: ValueType) -> list[str | None]:
     elif value_type == ValueType.BOOL:
         texts = pc.if_else(arr.fill_null(False), "True", "False")
     else:
-        return [None] * n
+        return None
     missing = null_mask(arr)
     if missing.any():
         texts = pc.if_else(pa.array(missing), pa.scalar(None, pa.string()), texts)
-    return texts.to_pylist()
+    return texts
 
 
 def float_reprs(values: pa.Array) -> pa.Array:
@@ -254,9 +261,11 @@ def float_reprs(values: pa.Array) -> pa.Array:
     has_point = pc.match_substring(arrow_text, ".").to_numpy(zero_copy_only=False)
     has_exp = pc.match_substring(arrow_text, "e").to_numpy(zero_copy_only=False)
     as_is = fixed_range & has_point & ~has_exp & ~whole
-    whole_text = pc.binary_join_element_wise(
-        pc.cast(pa.array(np.where(whole, x, 0).astype(np.int64)), pa.string()), ".0", "")
-    texts = pc.if_else(pa.array(whole), whole_text, arrow_text)
+    texts = arrow_text
+    if whole.any():
+        whole_text = pc.binary_join_element_wise(
+            pc.cast(pa.array(np.where(whole, x, 0).astype(np.int64)), pa.string()), ".0", "")
+        texts = pc.if_else(pa.array(whole), whole_text, arrow_text)
     other = np.flatnonzero(~(as_is | whole))
     if len(other) == 0:
         return texts

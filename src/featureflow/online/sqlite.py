@@ -11,12 +11,17 @@ a row older than the stored one changes nothing, with no read round trip.
 Feast's SQLite layout keeps whole seconds, so within the same second the
 later write wins (a replay of the same batch rewrites identical bytes).
 
-Performance: entities are sent sorted by entity key, so SQLite's B-trees
-fill in order; one multi-row upsert statement per entity writes all its
-features, so the key and timestamps are bound once instead of once per
-feature (half the time of a statement per row); parameters come from a
-C-level ``zip`` of per-feature lists built by Arrow; the page cache of this
-connection is raised for the batch. What remains is SQLite's own per-row
+Performance: entities are written sorted by entity key, so SQLite's B-trees
+fill in order, and the whole batch is one ``INSERT … SELECT`` per block of
+entities with no per-row Python and no per-row parameter binding: the keys,
+values, texts and timestamps are bound as a few large blobs (the cells back
+to back, built by numpy) and SQLite cuts each row's cells out of them with
+``substr`` (a fixed stride where every cell has the same length, else a
+zero-padded decimal offset table). The rows come from a recursive CTE over
+the entities cross-joined with the feature names, in (entity_key,
+feature_name) order. Measured (100,000 entities x 18 doubles): binding
+1.8 M rows through ``executemany`` took 1.5-2.9 s of Python before SQLite
+did any work; the blobs take 0.1-0.4 s. What remains is SQLite's own per-row
 cost: three B-tree inserts per (entity, feature) row (the table, its primary
 key and Feast's ``entity_key`` index).
 """
@@ -25,20 +30,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 from feast.infra.online_stores.sqlite import SqliteOnlineStore
 from feast.repo_config import RepoConfig
 
 from featureflow.errors import OnlineStoreError
+from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
 from featureflow.online.batch import Batch, reorder
-
-_ROWS_PER_STATEMENT = 100
-"""Features per upsert statement (one statement per entity when the view has fewer)."""
 
 _CACHE_KIB = 256 * 1024
 """SQLite page cache of the writing connection, KiB (the default 2 MiB thrashes)."""
@@ -94,23 +98,7 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
     batch = reorder(batch, order)
     names = sorted(batch.features)
     n, n_features = batch.n, len(names)
-
-    keys = batch.keys.to_pylist()
-    event_ts = E.sqlite_event_seconds(batch.event_micros).tolist()
-    created_ts: list[int] | list[None] = (
-        [None] * n
-        if batch.created_micros is None
-        else E.sqlite_event_seconds(batch.created_micros).tolist()
-    )
-    table = _quote(table_name)
-    statements = []
-    for at in range(0, len(names), _ROWS_PER_STATEMENT):
-        group = names[at : at + _ROWS_PER_STATEMENT]
-        values = [batch.encoded(name).to_pylist() for name in group]
-        texts = [E.value_texts(*batch.features[name]) for name in group]
-        # one statement per entity: key and timestamps bound once for all its features
-        params = zip(keys, *values, *texts, event_ts, created_ts, strict=True)
-        statements.append((_upsert_sql(table, group), params))
+    statements = _statements(_quote(table_name), batch, names) if n_features else []
     conn = sqlite3.connect(path, isolation_level=None, timeout=lock_timeout_s())
     try:
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
@@ -124,7 +112,7 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
         conn.execute("BEGIN IMMEDIATE")
         try:
             for sql, params in statements:
-                conn.executemany(sql, params)
+                conn.execute(sql, params)
             changed = conn.total_changes - before
             conn.execute("COMMIT")
         except BaseException:
@@ -139,24 +127,86 @@ def write(config: RepoConfig, table_name: str, batch: Batch) -> tuple[int, int]:
     return written, n - written
 
 
-def _upsert_sql(table: str, features: Sequence[str]) -> str:
-    """Upsert of all ``features`` of one entity: parameters are the entity key, the
-    values, the ``value_text``s, ``event_ts``, ``created_ts``; an older event changes
-    nothing."""
-    f = len(features)
-    rows = ", ".join(
-        f"(?1, {_literal(name)}, ?{2 + j}, ?{2 + f + j}, ?{2 + 2 * f}, ?{3 + 2 * f})"
-        for j, name in enumerate(features)
-    )
-    return (
-        f"INSERT INTO {table} (entity_key, feature_name, value, value_text, event_ts, "
-        f"created_ts) VALUES {rows} ON CONFLICT(entity_key, feature_name) DO UPDATE SET "
-        "value = excluded.value, value_text = excluded.value_text, "
-        "event_ts = excluded.event_ts, created_ts = excluded.created_ts "
-        f"WHERE excluded.event_ts >= {table}.event_ts"
-    )
+_ENTITIES_PER_STATEMENT = 32_768
+"""Entities per ``INSERT … SELECT`` (bounds the size of each bound blob)."""
+
+_Params = dict[str, bytes]
+
+
+def _statements(table: str, batch: Batch, names: list[str]) -> list[tuple[str, _Params]]:
+    """The upserts writing ``batch`` (sorted by key): (SQL, named blob parameters) each."""
+    values = B.interleave([batch.encoded(name).to_arrow() for name in names])
+    texts = [E.value_text_array(*batch.features[name]) for name in names]
+    text_cells = B.interleave([
+        t if t is not None else pa.nulls(batch.n, pa.large_binary()) for t in texts])
+    text_null = np.stack([
+        np.ones(batch.n, dtype=bool) if t is None
+        else np.asarray(t.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        for t in texts], axis=1).reshape(-1)
+    event_ts = E.sqlite_event_seconds(batch.event_micros)
+    created_ts = (None if batch.created_micros is None
+                  else E.sqlite_event_seconds(batch.created_micros))
+    f = len(names)
+    out = []
+    for lo in range(0, batch.n, _ENTITIES_PER_STATEMENT):
+        hi = min(lo + _ENTITIES_PER_STATEMENT, batch.n)
+        params: _Params = {}
+        entity, cell = "e.i", f"(e.i * {f} + f.j)"
+        key = _cells("k", batch.keys.rows(lo, hi), entity, params)
+        value = _cells("v", values.rows(lo * f, hi * f), cell, params)
+        text = f"CAST({_cells('t', text_cells.rows(lo * f, hi * f), cell, params)} AS TEXT)"
+        nulls = text_null[lo * f : hi * f]
+        if nulls.all():
+            text = "NULL"
+        elif nulls.any():
+            params["tn"] = nulls.astype(np.uint8).tobytes()
+            text = f"CASE WHEN substr(:tn, {cell} + 1, 1) = x'01' THEN NULL ELSE {text} END"
+        event = _integers("ts", event_ts[lo:hi], entity, params)
+        created = ("NULL" if created_ts is None
+                   else _integers("cts", created_ts[lo:hi], entity, params))
+        features = ", ".join(f"({j}, {_literal(name)})" for j, name in enumerate(names))
+        sql = (
+            f"WITH RECURSIVE e(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM e WHERE i < "
+            f"{hi - lo - 1}), f(j, name) AS MATERIALIZED (VALUES {features}) "
+            f"INSERT INTO {table} (entity_key, feature_name, value, value_text, event_ts, "
+            f"created_ts) SELECT {key}, f.name, {value}, {text}, {event}, {created} "
+            # CROSS JOIN keeps e the outer loop: rows in (entity_key, feature_name) order;
+            # WHERE true: SQLite's parser needs it before an upsert clause
+            "FROM e CROSS JOIN f WHERE true ON CONFLICT(entity_key, feature_name) DO UPDATE SET "
+            "value = excluded.value, value_text = excluded.value_text, "
+            "event_ts = excluded.event_ts, created_ts = excluded.created_ts "
+            f"WHERE excluded.event_ts >= {table}.event_ts"
+        )
+        out.append((sql, params))
+    return out
+
+
+def _cells(name: str, cells: B.Packed, row: str, params: _Params) -> str:
+    """SQL for cell ``row`` of ``cells``, binding its bytes as ``:name`` (+ offset tables)."""
+    lengths = cells.lengths()
+    start = int(cells.offsets[0])
+    params[name] = cells.data[start : int(cells.offsets[-1])].tobytes()
+    if len(lengths) and int(lengths.min()) == int(lengths.max()):
+        w = int(lengths[0])
+        return f"substr(:{name}, ({row}) * {w} + 1, {w})"
+    at = cells.offsets[:-1] - start
+    at_w = len(str(int(at.max()))) if len(at) else 1
+    len_w = len(str(int(lengths.max()))) if len(lengths) else 1
+    params[f"{name}_at"] = B.padded_decimal(at, at_w).tobytes()
+    params[f"{name}_len"] = B.padded_decimal(lengths, len_w).tobytes()
+    return (f"substr(:{name}, CAST(substr(:{name}_at, ({row}) * {at_w} + 1, {at_w}) AS INTEGER)"
+            f" + 1, CAST(substr(:{name}_len, ({row}) * {len_w} + 1, {len_w}) AS INTEGER))")
+
+
+def _integers(name: str, values: npt.NDArray[np.int64], row: str, params: _Params) -> str:
+    """SQL for integer ``row`` of ``values``, bound as ``:name`` (decimal digits above the
+    minimum, so negative numbers need no sign)."""
+    low = int(values.min())
+    above = values - low
+    width = len(str(int(above.max())))
+    params[name] = B.padded_decimal(above, width).tobytes()
+    return f"(CAST(substr(:{name}, ({row}) * {width} + 1, {width}) AS INTEGER) + {low})"
 
 
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
-
