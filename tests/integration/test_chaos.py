@@ -8,7 +8,8 @@ partition in event-time order but for displacements of up to 2 minutes; small
 triggers. The job runs both example views, and is SIGKILLed five times at
 random moments and once at each failpoint (:mod:`featureflow.spark.failpoints`:
 mid online write, mid offline write, after the state is saved and before Spark
-commits), on the SQLite and on the Redis online store. After a final drain:
+commits), on the SQLite and on the Redis online store; then a drain is killed in
+the sessions close that ends it. After a final drain:
 
 - no event was dead-lettered (none is late under per-partition watermarks);
 - online (read through Feast's ``get_online_features``) equals DuckDB's
@@ -191,6 +192,27 @@ def _kill_and_restart(repo: Path, bootstrap: str, checkpoint: Path, tmp: Path) -
     return "\n".join(logs)
 
 
+def _drain_killed_in_its_session_close(
+    repo: Path, bootstrap: str, checkpoint: Path, tmp: Path
+) -> str:
+    """An ``--available-now`` run to the end of the topic, SIGKILLed in the sessions close
+    that ends it (one partition closed, others maybe not): the next start must finish
+    that close before any batch, or sessions would be lost or written twice."""
+    run_env = env()
+    run_env[failpoints.ENV] = "mid_session_close"
+    marker = tmp / "failpoint-drain"
+    run_env[failpoints.ONCE_ENV] = str(marker)
+    job = subprocess.run(
+        job_command(repo, bootstrap, checkpoint, "--available-now", *OPTIONS),
+        capture_output=True, text=True, env=run_env, start_new_session=True, timeout=600,
+        check=False,
+    )  # fmt: skip
+    text = job.stdout + job.stderr
+    assert job.returncode == -signal.SIGKILL, text[-3000:]
+    assert marker.read_text().startswith("mid_session_close@"), marker.read_text()
+    return text
+
+
 def _arrival_oracle(events: pa.Table, history: pa.Table) -> pa.Table:
     """DuckDB: each event's features over its user's events that had arrived by the event's
     micro-batch (the ``batch`` of its history row) and lie in its frame ``[t - W, t]``;
@@ -238,6 +260,7 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
         apply(repo, chaos_topic.name)
         checkpoint = tmp_path / "checkpoint"
         logs = _kill_and_restart(repo, kafka_bootstrap, checkpoint, tmp_path)
+        logs += _drain_killed_in_its_session_close(repo, kafka_bootstrap, checkpoint, tmp_path)
         logs += run_job(repo, kafka_bootstrap, checkpoint, *OPTIONS)
 
         assert _dead_letters(logs) == {}, "no event is late under per-partition watermarks"

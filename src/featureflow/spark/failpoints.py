@@ -13,7 +13,11 @@ Points (in the order a micro-batch reaches them):
 - ``mid_offline_write``: on an executor, after a partition's history file is written
   to its temporary name and before it is moved into place;
 - ``after_state_save``: on the driver, after every view saved its state and the
-  watermarks of the batch, before ``foreachBatch`` returns (so before Spark commits).
+  watermarks of the batch, before ``foreachBatch`` returns (so before Spark commits);
+- ``mid_session_close``: on an executor, in the sessions close at the end of a run
+  (:class:`~featureflow.spark.topic_pass.SessionCloser`, its ``<batch>`` the settled
+  batch), after one partition's closed sessions and state are written, while
+  other partitions may still be closing.
 
 Reaching an armed point kills every process of the job's session with SIGKILL:
 the job must run as the leader of its own session (``setsid``, or
@@ -35,7 +39,7 @@ import sys
 
 ENV = "FEATUREFLOW_FAILPOINT"
 ONCE_ENV = "FEATUREFLOW_FAILPOINT_ONCE"
-POINTS = ("mid_online_write", "mid_offline_write", "after_state_save")
+POINTS = ("mid_online_write", "mid_offline_write", "after_state_save", "mid_session_close")
 
 
 def armed(name: str, batch: int) -> bool:

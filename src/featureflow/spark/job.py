@@ -332,6 +332,14 @@ def _run(args: argparse.Namespace) -> int:
     watch.close()
     lag.poll(supervisor.query for supervisor in supervised)  # the last batch's
     for supervisor in supervised:
+        if supervisor.failure is None:  # no next batch will close them in this run
+            try:
+                supervisor.processor.close_settled_sessions(spark, only_unfinished=False)
+            except Exception as error:  # the next start closes them
+                log.error("closing the sessions of query %s failed (the next start closes "
+                          "them): %s", supervisor.name, error)  # fmt: skip
+                return 1
+    for supervisor in supervised:
         for view in supervisor.processor.views:
             counters = view.counters
             log.info(

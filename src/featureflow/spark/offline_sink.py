@@ -1,7 +1,7 @@
 """The offline store of the stream job: every accepted event's features (training history).
 
-One Parquet file per micro-batch and shuffle partition (and one more for the
-sessions the watermark after the batch closes)::
+One Parquet file per micro-batch and shuffle partition (and, for the last
+batch of a run, one more for the sessions the watermark after it closes)::
 
     <root>/<view>/batch=<id>/part-<p>.parquet
     <root>/<view>/batch=<id>/part-<p>-closed.parquet
@@ -25,10 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from featureflow.spark import failpoints, file_modes
 from featureflow.spark.state import create_temporary, filesystem_of
+
+CLOSED_SUFFIX = "-closed"
+"""File suffix of the sessions that the watermark after a settled batch closes
+(:meth:`~featureflow.spark.pipeline.TopicBatchProcessor.close_settled_sessions`)."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,14 @@ class OfflineFeatureLog:
         pq.write_table(history, temporary, filesystem=filesystem)
         failpoints.reach("mid_offline_write", batch)
         filesystem.move(temporary, final)
+
+    def has_suffix(self, batch: int, suffix: str) -> bool:
+        """Whether any partition's file ``part-<p><suffix>.parquet`` of ``batch`` exists."""
+        filesystem, _ = filesystem_of(self.root)
+        found = filesystem.get_file_info(
+            pafs.FileSelector(self.batch_dir(batch), allow_not_found=True)
+        )
+        return any(info.base_name.endswith(f"{suffix}.parquet") for info in found)
 
 
 def read_history(root: str, view: str) -> pa.Table:

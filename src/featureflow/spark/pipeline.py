@@ -45,7 +45,7 @@ from featureflow.repo import StreamViewSpec
 from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
 from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
-from featureflow.spark.offline_sink import OfflineFeatureLog
+from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
 from featureflow.spark.state import StateStore, filesystem_of
@@ -274,6 +274,8 @@ class TopicBatchProcessor:
     """
 
     views: list[MicroBatchProcessor]
+    checkpoint: str | None = None
+    """The query's checkpoint (Spark's offsets and commits logs)."""
     idle: threading.Event = field(default_factory=threading.Event)
     """Set between micro-batches: where a clean shutdown may stop the query."""
     last_batch_id: int | None = None
@@ -342,13 +344,6 @@ class TopicBatchProcessor:
             phases["dead_letters"] = time.monotonic() - lap
         after = before.advance(batch_max_ns, clock_ns, options.idle_partition_timeout_ns)
         stats = out.filter(pc.equal(kinds, topic_pass.VIEW)).to_pylist()
-        sessions = [view for view in self.views if view.spec.is_session_view]
-        if sessions and after.watermark_ns is not None and after.watermark_ns != (
-            before.watermark_ns
-        ):
-            lap = time.monotonic()
-            stats += self._close_sessions(batch, sessions, batch_id, after.watermark_ns)
-            phases["close_sessions"] = time.monotonic() - lap
         topic_batch = TopicBatch(
             batch_id, clock_ns, after, int(pc.sum(counts.column("rows")).as_py() or 0),
             bad_by_reason, time.monotonic() - started, phases,
@@ -387,27 +382,61 @@ class TopicBatchProcessor:
             {**options.sink_options, **options.kafka_options},
         )
 
-    def _close_sessions(
-        self, batch: DataFrame, sessions: list[MicroBatchProcessor], batch_id: int,
-        watermark_ns: int,
-    ) -> list[dict[str, Any]]:  # fmt: skip
-        """Close, in every partition's state, the sessions ``watermark_ns`` (after the
-        batch) finalises: a pass over the state alone, like Spark's no-data batch."""
-        from featureflow.spark import topic_pass
+    def close_settled_sessions(self, spark: SparkSession, *, only_unfinished: bool) -> None:
+        """Close the sessions that the watermark after the query's settled micro-batch
+        finalises, in every partition's state as that batch left it.
 
-        partitions = self._lead.partitions
+        The pass of batch ``b + 1`` closes them anyway (it judges against that
+        watermark), so a running query needs no extra Spark job per batch; this
+        closes them when no next batch may come: at the end of a run (and of an
+        ``--available-now`` run, whose offline log is then complete). It runs only
+        on a settled batch (:func:`~featureflow.spark.commit_log.settled_batch`):
+        Spark never re-runs it, so its state version is final. Closing twice is a
+        no-op (a closed session has left the state), and a close cut short is
+        redone whole at the next start (``only_unfinished``: only when one of the
+        batch's ``-closed`` offline files exists), before any batch could close the
+        same sessions into its own file.
+        """
+        from featureflow.spark import commit_log, topic_pass
+
+        sessions = [view for view in self.views if view.spec.is_session_view]
+        if not sessions or self.checkpoint is None:
+            return
+        batch_id = commit_log.settled_batch(self.checkpoint)
+        if batch_id is None:
+            return
+        lead = self._lead
+        watermark_ns = lead.state.load_watermarks(batch_id + 1, lead.spec.watermark_ns)
+        if watermark_ns.watermark_ns is None:
+            return
         tasks = tuple(
-            view.task(batch_id, watermark_ns, reads_before=batch_id + 1,
-                      offline_suffix="-closed")
+            view.task(batch_id, watermark_ns.watermark_ns, reads_before=batch_id + 1,
+                      offline_suffix=CLOSED_SUFFIX)
             for view in sessions
         )  # fmt: skip
-        closer = topic_pass.SessionCloser(tasks, self._lead.repo_path, batch_id)
-        return (
-            batch.sparkSession.range(0, partitions, numPartitions=partitions)
+        if only_unfinished and not any(
+            task.offline.has_suffix(batch_id, CLOSED_SUFFIX) for task in tasks
+        ):
+            return
+        started = time.monotonic()
+        partitions = lead.partitions
+        closer = topic_pass.SessionCloser(tasks, lead.repo_path, batch_id)
+        stats = (
+            spark.range(0, partitions, numPartitions=partitions)
             .mapInArrow(closer, topic_pass.OUTPUT_SCHEMA)
             .toArrow()
             .to_pylist()
         )
+        for view in sessions:
+            for row in stats:
+                if row["view"] == view.spec.name:
+                    view.state_sizes[row["shuffle_partition"]] = (
+                        row["state_rows"], row["state_bytes"],
+                    )  # fmt: skip
+        log.info(
+            "closed the sessions the watermark after micro-batch %d finalises (%s) in %.1f s",
+            batch_id, ", ".join(view.spec.name for view in sessions), time.monotonic() - started,
+        )  # fmt: skip
 
 
 def _without_unneeded_bytes(batch: DataFrame) -> DataFrame:
@@ -498,8 +527,9 @@ def start_topic_query(
                 exporter=exporter,
             )
         )
-    processor = TopicBatchProcessor(views)
     name = "+".join(spec.name for spec in specs)
+    processor = TopicBatchProcessor(views, checkpoint=f"{root}/{name}")
+    processor.close_settled_sessions(spark, only_unfinished=True)
     writer = (
         parse_events(read_kafka(spark, specs[0], options), specs[0])
         .writeStream.queryName(f"featureflow_{name}")

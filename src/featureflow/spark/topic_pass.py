@@ -21,12 +21,17 @@ Everything comes back as rows of :data:`OUTPUT_SCHEMA`, told apart by ``kind``
 The views judge their state against the watermark *before* the batch (the one
 its late events were judged by): the watermark after the batch needs every
 partition's event times, which no partition knows. So, as in Spark's own
-stateful operators (the watermark of batch ``b`` comes from batch ``b - 1``, and
-Spark runs a no-data batch to close what a moved watermark finalises), session
-views close their sessions under the new watermark in :class:`SessionCloser`,
-a pass over the state alone (no source records) that the driver runs within
-the same micro-batch when the watermark moved. Rolling views keep the events
-from ``watermark_before - window`` on, a superset of what they need.
+stateful operators (the watermark of batch ``b`` comes from batch ``b - 1``),
+a session that the watermark after batch ``b`` finalises is closed by the pass
+of batch ``b + 1``, which judges against that watermark: its offline row comes
+one micro-batch later, its online row is the same (closing changes no
+session's features). Where Spark would run a no-data batch, featureflow runs
+:class:`SessionCloser`, a pass over the state alone (no source records), only
+when no next batch may come: at the end of a run, and at the start of one whose
+previous run was cut short in that close. A per-batch closer cost a second
+Spark job in every micro-batch (a third of a small batch's time). Rolling
+views keep the events from ``watermark_before - window`` on, a superset of
+what they need.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
+from featureflow.spark import failpoints
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -181,8 +187,9 @@ class SessionCloser:
     closes, in every partition's state as batch ``batch_id`` left it.
 
     Its ``tasks`` read the state version of ``batch_id`` itself and rewrite it; the
-    sessions they close go to a file of their own in the offline log. A replay of the
-    batch rebuilds the same version from the one before, so it closes the same sessions.
+    sessions they close go to a file of their own in the offline log. It runs on a
+    settled batch only (one Spark will not re-run), and running it again closes
+    nothing more: a partition whose sessions it closed already writes nothing.
     """
 
     tasks: tuple[ViewTask, ...]
@@ -197,3 +204,4 @@ class SessionCloser:
             list(self.tasks), self.repo_path, self.batch_id, partition, {}
         ):
             yield view_row(task.spec.name, partition, stats)
+        failpoints.reach("mid_session_close", self.batch_id)
