@@ -12,7 +12,12 @@ Spark, for both example views (``user_txn_stats``: rolling 10m/1h/24h;
   the rolling view, the open sessions' events for the session view), then
   ``--batches`` consecutive batches of ``--batch`` events run against it. The
   first of them loads the state cold from disk; the others find it resident in
-  the worker (:mod:`featureflow.spark.state`); the ratio uses those.
+  the worker (:mod:`featureflow.spark.state`); the ratio uses those. Each batch
+  saves its state's delta; once 10 deltas follow the snapshot (sooner when they
+  hold half its bytes) the worker writes a new snapshot in a background thread,
+  which the batches after it run beside (``--batches 12`` includes one for
+  ``user_txn_stats``); ``snapshot_wait_s`` is how long the end of the run still
+  waited for it.
 - *empty state*: each of the same batches runs alone against a new state root.
 
 The online write (SQLite via Feast) depends on the touched entities only and
@@ -49,7 +54,7 @@ from featureflow.events import sample  # noqa: E402
 from featureflow.repo import StreamViewSpec  # noqa: E402
 from featureflow.spark import online_sink  # noqa: E402
 from featureflow.spark.offline_sink import OfflineFeatureLog  # noqa: E402
-from featureflow.spark.state import StateStore, drop_resident  # noqa: E402
+from featureflow.spark.state import StateStore, drop_resident, wait_for_snapshots  # noqa: E402
 from featureflow.window_state import rolling_outputs, session_outputs  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -105,9 +110,9 @@ def run_batch(
     }
 
 
-def state_memory(store: StateStore, spec: StreamViewSpec, batch: int) -> dict[str, float]:
+def state_memory(store: StateStore, spec: StreamViewSpec, batch: int) -> dict[str, Any]:
     """Bytes of the partition's state after ``batch``: in memory (Arrow) per held event and
-    per entity, and on disk."""
+    per entity, and on disk (the snapshot and the deltas after it)."""
     kept = store.load_events(0, before_batch=batch + 1)
     assert kept is not None
     entities = len(pc.unique(kept.column(spec.join_key)))
@@ -120,6 +125,7 @@ def state_memory(store: StateStore, spec: StreamViewSpec, batch: int) -> dict[st
         "bytes_per_event": round(kept.nbytes / max(kept.num_rows, 1), 1),
         "bytes_per_entity": round(kept.nbytes / max(entities, 1), 1),
         "disk_bytes": on_disk,
+        "files": sorted(f.name for f in directory.rglob("batch-*") if f.is_file()),
     }
 
 
@@ -146,6 +152,9 @@ def measure(
         empty.append(run_batch(spec, repo, alone, offline, index + 1, new, mark))
         log(f"{spec.name} batch {index + 1}: 24 h state {full[-1]['total_s']:.2f} s, "
             f"empty {empty[-1]['total_s']:.2f} s")  # fmt: skip
+    waited = time.perf_counter()
+    wait_for_snapshots()
+    waited = time.perf_counter() - waited
     warm = full[1:] or full
 
     def median(runs: list[dict[str, Any]], key: str) -> float:
@@ -170,6 +179,7 @@ def measure(
         "empty_cpu_s": median(empty, "cpu_s"),
         "ratio_cpu": round(median(warm, "cpu_s") / median(empty, "cpu_s"), 2),
         "cold_first_batch": full[0],
+        "snapshot_wait_s": round(waited, 3),
         "memory": state_memory(store, spec, batches),
     }
 
@@ -204,13 +214,15 @@ def markdown(record: dict[str, Any]) -> str:
                 f"| {sum(seconds.values()):.3f} | {ratio} | {cpu:.3f} | {cpu_ratio} |"
             )
     lines += ["", "State held after the last batch (Arrow in memory; files on disk):", "",
-              "| view | events | entities | bytes/event | bytes/entity | disk bytes |",
-              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+              "| view | events | entities | bytes/event | bytes/entity | disk bytes | files "
+              "| snapshot wait s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for view in record["views"]:
         m = view["memory"]
         lines.append(
             f"| {view['view']} | {m['events']:,} | {m['entities']:,} | {m['bytes_per_event']} "
-            f"| {m['bytes_per_entity']} | {m['disk_bytes']:,} |"
+            f"| {m['bytes_per_entity']} | {m['disk_bytes']:,} | {len(m.get('files', []))} "
+            f"| {view.get('snapshot_wait_s', '')} |"
         )
     lines += ["", *(f"- {note}" for note in record["notes"])]
     return "\n".join(lines) + "\n"
@@ -278,18 +290,23 @@ def main() -> int:
             "ratio_cpu": v["ratio_cpu"],
             "full_total_s": round(sum(v["full_median"].values()), 3),
             "empty_total_s": round(sum(v["empty_median"].values()), 3),
+            "full_state_save_s": v["full_median"]["state_save"],
+            "empty_state_save_s": v["empty_median"]["state_save"],
         }
     record["history"] = [*history, summary]
     path.write_text(json.dumps(record, indent=2) + "\n")
     md = markdown(record)
-    md += "\n## Runs so far\n\n| recorded | label | view | 24 h total s | empty total s | ratio |\n"
-    md += "|---|---|---|---:|---:|---:|\n"
+    md += ("\n## Runs so far\n\n| recorded | label | view | 24 h total s | empty total s "
+           "| ratio | 24 h state_save s | empty state_save s |\n")
+    md += "|---|---|---|---:|---:|---:|---:|---:|\n"
     for run in record["history"]:
         for view in (v["view"] for v in views):
             if view in run:
                 r = run[view]
                 md += (f"| {run['recorded']} | {run['label']} | {view} | {r['full_total_s']} "
-                       f"| {r['empty_total_s']} | {r['ratio_total']}x |\n")  # fmt: skip
+                       f"| {r['empty_total_s']} | {r['ratio_total']}x "
+                       f"| {r.get('full_state_save_s', '')} "
+                       f"| {r.get('empty_state_save_s', '')} |\n")  # fmt: skip
     (RESULTS / "stream_flat.md").write_text(md)
     print(md)
     return 0
