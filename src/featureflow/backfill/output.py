@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
 from featureflow.backfill.timerange import NS_PER_DAY, TimeRange, day_label
+from featureflow.spark.offline_sink import write_parquet_atomic
 from featureflow.spark.state import filesystem_of
 
 STAGING_PREFIX = "_staging-"
@@ -40,12 +40,6 @@ def day_numbers(stamps: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Day since the epoch (UTC) of each timestamp (any Arrow timestamp unit)."""
     ns = stamps.cast(pa.timestamp("ns", tz="UTC")).cast(pa.int64())
     return np.floor_divide(np.asarray(ns), NS_PER_DAY)
-
-
-def write_atomic(filesystem: pafs.FileSystem, path: str, table: pa.Table) -> None:
-    """Write ``path`` through a temporary file and a rename: readers see all of it or nothing."""
-    pq.write_table(table, f"{path}.tmp", filesystem=filesystem)
-    filesystem.move(f"{path}.tmp", path)
 
 
 @dataclass(frozen=True)
@@ -79,7 +73,7 @@ class DayStore:
             part = rows.filter(pa.array(days == day))
             directory = self.day_dir(day, staged=True)
             filesystem.create_dir(directory, recursive=True)
-            write_atomic(filesystem, f"{directory}/part-{partition:05d}.parquet", part)
+            write_parquet_atomic(filesystem, f"{directory}/part-{partition:05d}.parquet", part)
             written[day] = part.num_rows
         return written
 
@@ -102,7 +96,7 @@ class DayStore:
             if kept.num_rows:
                 directory = self.day_dir(day, staged=True)
                 filesystem.create_dir(directory, recursive=True)
-                write_atomic(filesystem, f"{directory}/part-kept.parquet", kept)
+                write_parquet_atomic(filesystem, f"{directory}/part-kept.parquet", kept)
                 carried += kept.num_rows
         return carried
 

