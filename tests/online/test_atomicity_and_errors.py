@@ -151,16 +151,16 @@ def test_redis_concurrent_newer_write_is_not_overwritten(
     import featureflow.online.redis as redis_writer
 
     store = redis_store(tmp_path, redis_url, features=FEATURES)
-    real_decode = redis_writer.decode_timestamps
+    real_newer = redis_writer._newer
     calls: list[int] = []
 
-    def decode_then_race(stored):  # type: ignore[no-untyped-def]
+    def decide_then_race(decided, plan, chunk):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:  # the concurrent writer, on its own connection
             write(store, VIEW, _table(range(1, 2), 9_000, 9.0))
-        return real_decode(stored)
+        return real_newer(decided, plan, chunk)
 
-    monkeypatch.setattr(redis_writer, "decode_timestamps", decode_then_race)
+    monkeypatch.setattr(redis_writer, "_newer", decide_then_race)
     stats = write(store, VIEW, _table(range(3), 5_000, 5.0))
     assert len(calls) == 3  # our first decision, the racing write's, our retry
     assert (stats.written, stats.skipped) == (2, 1)
@@ -176,16 +176,16 @@ def test_redis_race_in_a_chunk_with_the_next_chunk_already_watched(
 
     store = redis_store(tmp_path, redis_url, features=FEATURES)
     n = 2 * CHUNK + 5
-    real_decode = redis_writer.decode_timestamps
+    real_newer = redis_writer._newer
     calls: list[int] = []
 
-    def decode_then_race(stored):  # type: ignore[no-untyped-def]
+    def decide_then_race(decided, plan, chunk):  # type: ignore[no-untyped-def]
         calls.append(1)
         if len(calls) == 1:  # first chunk decided: another writer stores entity 1
             write(store, VIEW, _table(range(1, 2), 9_000, 9.0))
-        return real_decode(stored)
+        return real_newer(decided, plan, chunk)
 
-    monkeypatch.setattr(redis_writer, "decode_timestamps", decode_then_race)
+    monkeypatch.setattr(redis_writer, "_newer", decide_then_race)
     stats = write(store, VIEW, _table(range(n), 5_000, 5.0))
     assert len(calls) == 5  # chunk 0, the racing write, chunk 0 again, chunks 1 and 2
     assert (stats.written, stats.skipped) == (n - 1, 1)

@@ -107,22 +107,6 @@ def test_arrow_types_agree_with_the_schema_gate() -> None:
                 pa.types.is_timestamp(typemap.to_arrow(schema_type)))
 
 
-@given(st.lists(st.one_of(st.none(), st.integers(-62_135_596_800 * 10**6,
-                                                  253_402_300_799 * 10**6)), max_size=30))
-def test_decode_timestamps_reads_protobufs(micros: list[int | None]) -> None:
-    from featureflow.online.redis import decode_timestamps
-
-    blobs = []
-    for us in micros:
-        ts = Timestamp()
-        if us is not None:
-            ts.FromMicroseconds(us)
-        blobs.append(ts.SerializeToString() if us is not None else b"")
-    seconds, nanos = decode_timestamps(B.from_arrow(pa.array(blobs, pa.binary())))
-    expected = [divmod(us, 1_000_000) if us is not None else (0, 0) for us in micros]
-    assert list(zip(seconds.tolist(), (nanos // 1_000).tolist(), strict=True)) == expected
-
-
 _LAYOUT_EDGES = [0.0, -0.0, 1.0, -7.0, 1e-4, 9.999e-5, 1e-5, 0.1 + 0.2, 1e15, 1.5e15,
                  999999999999999.9, 2.0**53, 2.0**53 + 2, 1e16, 1e22, 5e-324, 1.7e308,
                  float("inf"), float("-inf"), 123456789012345.0, 12345678901234.5]
