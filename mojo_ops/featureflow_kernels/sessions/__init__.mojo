@@ -24,10 +24,12 @@ from featureflow_kernels.abi import (
 from featureflow_kernels.buffers import Bump, put
 from featureflow_kernels.order import group_rows
 from featureflow_kernels.agg.outputs import outs_for, pack_levels
+from featureflow_kernels.agg.contract import Running
 from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.support import sessions_in_order_supported, stream_supported
 from featureflow_kernels.sessions._generic import joins, sessions_generic
-from featureflow_kernels.sessions._in_order import SREC, sessions_in_order
+from featureflow_kernels.sessions._in_order import sessions_in_order
+from featureflow_kernels.sessions._state import SREC
 from featureflow_kernels.sessions._by_close import sessions_by_close
 
 
@@ -132,29 +134,19 @@ def sessions(d: I64P) raises -> Int:
                     end = max(end, Int(sts[unsafe_offset=p]) + Int(gaps[unsafe_offset=row]))
                 p += 1
             # aggregate the session's rows [first, p)
-            var count = 0
-            var sm = 0.0
-            var sc = 0.0
-            var mn = 0.0
-            var mx = 0.0
+            var r = Running.empty()
             var fv = 0.0
             var lv = 0.0
             for q in range(first, p):
                 var v = sv[unsafe_offset=q]
                 if isnan(v):
                     continue
-                if count == 0:
-                    mn = v
-                    mx = v
+                if r.count() == 0:
                     fv = v
-                else:
-                    mn = min(mn, v)
-                    mx = max(mx, v)
                 lv = v
-                count += 1
-                two_sum(sm, sc, v)
-            var total = sm + sc
-            var mean = total / Float64(count) if count > 0 else 0.0
+                r.add(v)
+            var count = Int(r.count())
+            var mean = r.total() / Float64(count) if count > 0 else 0.0
             var var_ = 0.0
             if need_sq and count > 1:
                 var m2 = 0.0
@@ -168,16 +160,7 @@ def sessions(d: I64P) raises -> Int:
             out_code[unsafe_offset=m] = Int32(k)
             out_start[unsafe_offset=m] = Int64(t0)
             out_end[unsafe_offset=m] = Int64(end)
-            if o.count != 0:
-                i64p(o.count)[unsafe_offset=m] = Int64(count)
-            if o.sum != 0:
-                f64p(o.sum)[unsafe_offset=m] = total if count > 0 else 0.0
-            if o.mean != 0:
-                f64p(o.mean)[unsafe_offset=m] = mean
-            if o.min != 0:
-                put(o.min, o.min_dt, m, mn)
-            if o.max != 0:
-                put(o.max, o.max_dt, m, mx)
+            r.emit(o, m, lev)
             if o.var_ != 0:
                 f64p(o.var_)[unsafe_offset=m] = var_
             if o.std != 0:
@@ -186,7 +169,6 @@ def sessions(d: I64P) raises -> Int:
                 put(o.first, o.first_dt, m, fv)
             if o.last != 0:
                 put(o.last, o.last_dt, m, lv)
-            lev[unsafe_offset=m] = UInt8(min(count, 2))
             m += 1
     for i in range(m, (m + 7) // 8 * 8):
         lev[unsafe_offset=i] = 0

@@ -12,41 +12,24 @@ inputs sequentially; only the key states are touched at random (prefetched).
 
 from std.utils.numerics import isnan
 from std.sys.intrinsics import prefetch, PrefetchOptions
-from featureflow_kernels.abi import I32P, I64P, Inputs, U8P, f64p, i64p
+from featureflow_kernels.abi import I32P, I64P, Inputs, U8P
 from featureflow_kernels.buffers import load_valid, put
 from featureflow_kernels.agg.outputs import Outs
-from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.rolling._region import PF
-
-
-comptime SREC = 8  # int64 words per key: slot (-1 - first slot before any row),
-# end, count, sum, sum compensation, min, max, last
+from featureflow_kernels.sessions._state import SREC, SessionKey, SessionKeys
 
 
 @always_inline
-def flush_session(st: I64P, s: Int, o: Outs, out_end: I64P, lev: U8P):
-    """Write key state `s`'s open session to its slot."""
-    var sf = f64p(Int(st))
-    var j = Int(st[unsafe_offset=s])
-    var count = Int(st[unsafe_offset=s + 2])
-    var has = count > 0
-    var total = sf[unsafe_offset=s + 3] + sf[unsafe_offset=s + 4]
-    out_end[unsafe_offset=j] = st[unsafe_offset=s + 1]
-    if o.count != 0:
-        i64p(o.count)[unsafe_offset=j] = Int64(count)
-    if o.sum != 0:
-        f64p(o.sum)[unsafe_offset=j] = total if has else 0.0
-    if o.mean != 0:
-        f64p(o.mean)[unsafe_offset=j] = total / Float64(count) if has else 0.0
-    if o.min != 0:
-        put(o.min, o.min_dt, j, sf[unsafe_offset=s + 5] if has else 0.0)
-    if o.max != 0:
-        put(o.max, o.max_dt, j, sf[unsafe_offset=s + 6] if has else 0.0)
+def flush_session(ks: SessionKey, o: Outs, out_end: I64P, lev: U8P):
+    """Write the key's open session to its slot."""
+    var j = Int(ks.head())
+    var has = ks.count() > 0
+    out_end[unsafe_offset=j] = ks.end()
+    ks.emit(o, j, lev)
     if o.last != 0:
-        put(o.last, o.last_dt, j, sf[unsafe_offset=s + 7] if has else 0.0)
+        put(o.last, o.last_dt, j, ks.last() if has else 0.0)
     if o.first != 0 and not has:
         put(o.first, o.first_dt, j, 0.0)
-    lev[unsafe_offset=j] = UInt8(min(count, 2))
 
 
 def sessions_in_order(
@@ -61,7 +44,7 @@ def sessions_in_order(
     lev: U8P,
 ) -> Int:
     """Keyed ts-ordered sessions (see the section comment); `st` holds 8 * SREC
-    bytes a key. A row opens a session past the open one's end or, with a max
+    bytes a key (`SessionKey`). A row opens a session past the open one's end or, with a max
     length (`max_len` > 0, ns), when ts - start > max_len: pass 1 keeps the open
     session's start in word 2, pass 2 reads it from `out_start`. Returns the
     number of sessions."""
@@ -69,28 +52,28 @@ def sessions_in_order(
     var g = inp.ngroups
     var ts = inp.ts
     var codes = I32P(unsafe_from_address=inp.codes)
-    var sf = f64p(Int(st))
+    var keys = SessionKeys.of(st)
     for k in range(g):
-        st[unsafe_offset=k * SREC] = 0
+        keys.key(k).set_head(0)
     for i in range(n):
         if i + PF < n:
             prefetch[PrefetchOptions().for_write()](
                 st.unsafe_offset(Int(codes[unsafe_offset=i + PF]) * SREC)
             )
-        var s = Int(codes[unsafe_offset=i]) * SREC
+        var ks = keys.key(Int(codes[unsafe_offset=i]))
         var t = ts[unsafe_offset=i]
         if (
-            st[unsafe_offset=s] == 0
-            or t > st[unsafe_offset=s + 1]
-            or (max_len != 0 and t - st[unsafe_offset=s + 2] > Int64(max_len))
+            ks.head() == 0
+            or t > ks.end()
+            or (max_len != 0 and t - ks.counted_start() > Int64(max_len))
         ):
-            st[unsafe_offset=s] += 1
-            st[unsafe_offset=s + 2] = t
-        st[unsafe_offset=s + 1] = t + Int64(gap)
+            ks.set_head(ks.head() + 1)
+            ks.set_counted_start(t)
+        ks.set_end(t + Int64(gap))
     var m = 0
     for k in range(g):
-        var c = Int(st[unsafe_offset=k * SREC])
-        st[unsafe_offset=k * SREC] = Int64(-1 - m)
+        var c = Int(keys.key(k).head())
+        keys.key(k).set_head(Int64(-1 - m))
         m += c
     for i in range(n):
         if i + PF < n:
@@ -98,46 +81,32 @@ def sessions_in_order(
                 st.unsafe_offset(Int(codes[unsafe_offset=i + PF]) * SREC)
             )
         var c = Int(codes[unsafe_offset=i])
-        var s = c * SREC
+        var ks = keys.key(c)
         var t = ts[unsafe_offset=i]
-        var j = Int(st[unsafe_offset=s])
+        var j = Int(ks.head())
         if (
             j < 0
-            or t > st[unsafe_offset=s + 1]
+            or t > ks.end()
             or (max_len != 0 and t - out_start[unsafe_offset=j] > Int64(max_len))
         ):
             if j < 0:
                 j = -1 - j
             else:
-                flush_session(st, s, o, out_end, lev)
+                flush_session(ks, o, out_end, lev)
                 j += 1
-            st[unsafe_offset=s] = Int64(j)
-            st[unsafe_offset=s + 2] = 0
-            sf[unsafe_offset=s + 3] = 0.0
-            sf[unsafe_offset=s + 4] = 0.0
+            ks.set_head(Int64(j))
+            ks.open()
             out_code[unsafe_offset=j] = Int32(c)
             out_start[unsafe_offset=j] = t
-        st[unsafe_offset=s + 1] = t + Int64(gap)
+        ks.set_end(t + Int64(gap))
         var v = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, i)
         if isnan(v):
             continue
-        var count = Int(st[unsafe_offset=s + 2])
-        if count == 0:
-            sf[unsafe_offset=s + 5] = v
-            sf[unsafe_offset=s + 6] = v
-            if o.first != 0:
-                put(o.first, o.first_dt, j, v)
-        else:
-            sf[unsafe_offset=s + 5] = min(sf[unsafe_offset=s + 5], v)
-            sf[unsafe_offset=s + 6] = max(sf[unsafe_offset=s + 6], v)
-        sf[unsafe_offset=s + 7] = v
-        st[unsafe_offset=s + 2] = Int64(count + 1)
-        var sm = sf[unsafe_offset=s + 3]
-        var sc = sf[unsafe_offset=s + 4]
-        two_sum(sm, sc, v)
-        sf[unsafe_offset=s + 3] = sm
-        sf[unsafe_offset=s + 4] = sc
+        if ks.count() == 0 and o.first != 0:
+            put(o.first, o.first_dt, j, v)
+        ks.set_last(v)
+        ks.add(v)
     for k in range(g):
-        if st[unsafe_offset=k * SREC] >= 0:
-            flush_session(st, k * SREC, o, out_end, lev)
+        if keys.key(k).head() >= 0:
+            flush_session(keys.key(k), o, out_end, lev)
     return m
