@@ -3,7 +3,8 @@
 by `add`, combines with the state of later disjoint rows by `merge`, and is
 written out by `emit` (one output row of a window's columns `Outs`, with its
 validity level: 0 no value, 1 one, 2 or more). `Aggregator` is that contract
-for a state held as a value.
+for a state held as a value; `FrameAggregator` the same over a frame of
+sorted rows that also loses rows (`remove`), which `Sliding` implements.
 
 The math of an aggregate is written once, generic over where its state lives
 (`RunningState`: the state's words with a getter and a setter each): in
@@ -47,6 +48,31 @@ trait Aggregator(TrivialRegisterPassable):
     def emit(self, o: Outs, j: Int, lev: U8P):
         """Write the aggregates this state answers as output row j of `o`, and
         its validity level (min(count, 2)) as lev[j]."""
+        ...
+
+
+trait FrameAggregator:
+    """The contract over a frame of sorted rows whose bounds never decrease
+    (`agg/sliding.Sliding`: hopping, count_distinct, sessions with
+    count_distinct): rows enter by position at the frame's high end and leave
+    by position at its low end, so the state keeps what min/max/first/last
+    need (deques) beside its deletable parts (count, sums, moments, the
+    count_distinct map)."""
+
+    def reset(mut self, start: Int):
+        """Empty the frame; the next rows begin at sorted position `start`."""
+        ...
+
+    def add(mut self, p: Int):
+        """Row p enters the frame (a null or NaN value counts for nothing)."""
+        ...
+
+    def remove(mut self, p: Int):
+        """Row p, the frame's lowest, leaves it."""
+        ...
+
+    def emit(self, row: Int):
+        """Write the frame's aggregates to output row `row` of every column."""
         ...
 
 

@@ -22,10 +22,11 @@ from featureflow_kernels.abi import (
     I64P,
 )
 from featureflow_kernels.buffers import alloc_i64, set_valid, store
+from featureflow_kernels.agg.contract import FrameAggregator
 from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
 
 
-struct Sliding(Movable):
+struct Sliding(FrameAggregator, Movable):
     """Aggregates of svals[lo:hi) for frames whose bounds never decrease."""
 
     var svals: F64P
