@@ -7,11 +7,14 @@ holds the algorithms, one a file:
 
 - `abi`: codes, the descriptor header, the ABI version and source digest.
 - `buffers`, `order`: typed loads and stores, scratch; sorting and grouping.
-- `agg`: the aggregate math the passes share (sums, outputs, `Sliding`).
+- `agg`: the aggregate math the passes share: the aggregation contract
+  (`contract`: `Aggregator`, `Running`, `FrameAggregator`), sums, outputs,
+  `Sliding`.
 - `support`: which path can take which aggregates.
 - `rolling`: the entry points, then one file per path (`_grouped`, `_stream`,
   `_region`, `_inorder`, `_bucketed`, `_slots`, `_generic`).
-- `sessions`: the entry point, then `_in_order`, `_by_close`, `_generic`.
+- `sessions`: the entry point, then `_in_order`, `_by_close` (their key state:
+  `_state.SessionKey`), `_generic`.
 - `hopping`, `keys`; `runs`: merging runs sorted by (key, ts) (state compaction).
 
 Scratch memory is allocated by the caller from the Arrow pool; sizes are
