@@ -19,6 +19,17 @@ is read and decided again. So a chunk is applied whole or not at all, each
 entity is always all old or all new, and an older event never replaces a
 newer one even with concurrent writers.
 
+Optimistic pass first (``OPTIMISTIC``): every chunk goes out without waiting for
+any reply, as WATCH (a guard key of this write + the chunk's keys), the decision
+script in guarded mode, MULTI, every entity's HSET, EXEC. The script writes the
+guard unless every row of the chunk is not older than the stored one (and on any
+error), which aborts that chunk's EXEC; a concurrent writer aborts it through
+WATCH as before. So an applied EXEC holds only rows decided newer, atomically,
+and only the aborted chunks (stale rows, errors, races) take the per-chunk path
+above. A stream's steady state (every row newer) then costs no round trip per
+chunk; a replay of old rows sends its HSETs twice (queued and discarded, then
+decided per chunk).
+
 Several views at once (``write_views``, the stream job's one write per topic): each
 entity gets one ``HSET`` holding the fields of every view with a row for it; the Lua
 call reads every view's ``_ts`` (``HMGET``) and decides the rule above per
@@ -52,6 +63,7 @@ from __future__ import annotations
 import itertools
 import socket
 import threading
+import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 
@@ -87,15 +99,23 @@ their WATCHes never abort each other): while the client reads one connection's
 replies the server executes the others', so the client's waits overlap. On a
 busy machine every round trip costs a context switch each way."""
 
+OPTIMISTIC = True
+"""Whether a write first sends every chunk without waiting (see ``_ChunkWriter.optimistic``);
+only the chunks that pass are applied, the rest go entity by entity. Off: every chunk
+waits for its decision (one round trip per chunk per lane)."""
+
 RETRIES = 20
 """Times a chunk is re-read and re-decided when concurrent writers touched its keys."""
 
 LUA_DECIDE = r"""
--- KEYS: entity hash keys. ARGV[1]: the number of views V; ARGV[2 .. 1 + V]: their _ts
--- fields; then per key, per view: the new event time's whole seconds and nanoseconds
--- ("" seconds: the write has no row of that view for the key). Returns one byte per
--- (key, view): "1" where the new row is not older than the stored _ts (or none is
--- stored), else "0". Stored times are google.protobuf.Timestamp bytes.
+-- KEYS[1]: the write's guard key; KEYS[2 ..]: entity hash keys. ARGV[1]: "1" guarded,
+-- "0" not; ARGV[2]: the number of views V; ARGV[3 .. 2 + V]: their _ts fields; then per
+-- key, per view: the new event time's whole seconds and nanoseconds ("" seconds: the
+-- write has no row of that view for the key). Returns one byte per (key, view): "1"
+-- where the new row is not older than the stored _ts (or none is stored), else "0".
+-- Stored times are google.protobuf.Timestamp bytes. Guarded (the client WATCHes the
+-- guard and has queued every HSET of the chunk after this call): unless every row is
+-- newer, and on any error, the script writes the guard, so the chunk's EXEC aborts.
 local function varint(str, k)
   local value, scale, start = 0, 1, k
   while true do
@@ -116,36 +136,45 @@ local function varint(str, k)
   end
   return value, k
 end
-local views = tonumber(ARGV[1])
-local fields = {}
-for j = 1, views do fields[j] = ARGV[1 + j] end
-local out = {}
-local at = 2 + views
-for i = 1, #KEYS do
-  local stored = redis.call('HMGET', KEYS[i], unpack(fields))
-  for j = 1, views do
-    local sec, nanos = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
-    at = at + 2
-    local flag = '0'
-    if sec then
-      local old = stored[j]
-      if not old then
-        flag = '1'
-      else
-        local s, ns, k = 0, 0, 1
-        while k <= #old do
-          local tag = string.byte(old, k)
-          local v
-          v, k = varint(old, k + 1)
-          if tag == 8 then s = v elseif tag == 16 then ns = v end
+local function decide()
+  local views = tonumber(ARGV[2])
+  local fields = {}
+  for j = 1, views do fields[j] = ARGV[2 + j] end
+  local out = {}
+  local all = true
+  local at = 3 + views
+  for i = 2, #KEYS do
+    local stored = redis.call('HMGET', KEYS[i], unpack(fields))
+    for j = 1, views do
+      local sec, nanos = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+      at = at + 2
+      local flag = '0'
+      if sec then
+        local old = stored[j]
+        if not old then
+          flag = '1'
+        else
+          local s, ns, k = 0, 0, 1
+          while k <= #old do
+            local tag = string.byte(old, k)
+            local v
+            v, k = varint(old, k + 1)
+            if tag == 8 then s = v elseif tag == 16 then ns = v end
+          end
+          if sec > s or (sec == s and nanos >= ns) then flag = '1' end
         end
-        if sec > s or (sec == s and nanos >= ns) then flag = '1' end
+        if flag == '0' then all = false end
       end
+      out[#out + 1] = flag
     end
-    out[#out + 1] = flag
   end
+  return table.concat(out), all
 end
-return table.concat(out)
+if ARGV[1] ~= '1' then return (decide()) end
+local ok, flags, all = pcall(decide)
+if not ok or not all then redis.call('SET', KEYS[1], '1', 'EX', '600') end
+if not ok then return redis.error_reply(tostring(flags)) end
+return flags
 """
 """Decides in Redis, per chunk, which (entity, view) rows are not older than the store's:
 the client gets one byte per decision instead of the stored timestamps to decode
@@ -208,6 +237,11 @@ def _bulk(parts: list[B.Cells | B.Packed]) -> list[B.Cells | B.Packed]:
     return [B.const(b"$", n), B.ascii_decimal(total), crlf, *cells, crlf]
 
 
+def _resp(args: Sequence[bytes]) -> bytes:
+    """One command as RESP bytes."""
+    return b"*%d\r\n%s" % (len(args), _resp_args(args))
+
+
 def _resp_args(args: Sequence[bytes]) -> bytes:
     return b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
@@ -258,15 +292,21 @@ def write_views(
     pool = client.connection_pool
     chunks = [np.arange(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)]
     conns = [pool.get_connection() for _ in range(min(LANES, len(chunks)))]
-    writers = [_ChunkWriter(_Replies(conn._sock), sha, plan, 2 if ttl else 1)
+    guard = b"featureflow:guard:" + uuid.uuid4().hex.encode()
+    writers = [_ChunkWriter(_Replies(conn._sock), sha, plan, 2 if ttl else 1, guard)
                for conn in conns]
+    fast = np.zeros(len(plan.ts_fields), dtype=np.int64)
     try:
+        fast, again = writers[0].optimistic(chunks) if OPTIMISTIC else (fast, chunks)
         written, first_error = _drive([
-            writer.run(chunks[lane :: len(writers)]) for lane, writer in enumerate(writers)])
+            writer.run(again[lane :: len(writers)]) for lane, writer in enumerate(writers)])
+        written = written + fast
+        writers[0].replies.send([_resp([b"DEL", guard])])
+        writers[0].replies.next()
     except (RedisError, OSError) as exc:
         for conn in conns:
             conn.disconnect()
-        done = int(sum(writer.written.sum() for writer in writers))
+        done = int(fast.sum() + sum(writer.written.sum() for writer in writers))
         msg = (f"Redis write to {redis_address(config.connection_string)} failed after {done} "
                "entities; every entity is either fully old or fully new. Retry the batch: "
                f"{exc}")
@@ -548,23 +588,69 @@ class _ChunkWriter:
     sha: bytes
     plan: _Plan
     per_entity: int
+    guard: bytes
+    """A key of this write only: the optimistic pass WATCHes it, and :data:`LUA_DECIDE`
+    writes it to abort a chunk's EXEC."""
     written: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     """Per view: entities whose fields of the view were written."""
 
     def __post_init__(self) -> None:
         self.written = np.zeros(len(self.plan.ts_fields), dtype=np.int64)
 
-    def _watch_read(self, chunk: _Chunk) -> list[bytes | memoryview]:
+    def _watch_read(self, chunk: _Chunk, guarded: bool = False) -> list[bytes | memoryview]:
         lo, hi = int(chunk[0]), int(chunk[-1]) + 1
         keys = self.plan.keys.rows(lo, hi)
         count = keys.n
         fields = self.plan.ts_fields
         views = len(fields)
-        return [b"*%d\r\n%s" % (1 + count, _resp_args([b"WATCH"])), _span(keys),
-                b"*%d\r\n%s" % (4 + count + views + 2 * views * count,
-                                _resp_args([b"EVALSHA", self.sha, b"%d" % count])),
-                _span(keys), _resp_args([b"%d" % views, *fields]),
+        guard = _resp_args([self.guard])
+        script = ([b"EVAL", LUA_DECIDE.encode()] if guarded else [b"EVALSHA", self.sha])
+        return [b"*%d\r\n%s%s" % (1 + count + guarded, _resp_args([b"WATCH"]),
+                                  guard if guarded else b""), _span(keys),
+                b"*%d\r\n%s%s" % (6 + count + views + 2 * views * count,
+                                  _resp_args([*script, b"%d" % (1 + count)]), guard),
+                _span(keys), _resp_args([b"1" if guarded else b"0", b"%d" % views, *fields]),
                 _span(self.plan.times.rows(lo, hi))]
+
+    def optimistic(self, chunks: list[_Chunk], group: int = 32
+                   ) -> tuple[npt.NDArray[np.int64], list[_Chunk]]:
+        """Every chunk without waiting on any reply: WATCH (guard + keys), the guarded
+        :data:`LUA_DECIDE`, MULTI, every entity's HSET, EXEC, all pipelined, ``group``
+        chunks per packet. A chunk's EXEC runs only when no watched key changed, and the
+        script changes the guard unless every row of the chunk is not older than the
+        stored one: so what an EXEC applies was decided newer, atomically, and the
+        chunks whose EXEC aborted (a stale row, an error, a concurrent writer) are
+        returned to be decided entity by entity. Returns (entities written per view,
+        those chunks). The steady state of a stream (every row newer) costs no round
+        trip per chunk."""
+        written = np.zeros(len(self.plan.ts_fields), dtype=np.int64)
+        again: list[_Chunk] = []
+        plan = self.plan
+        pending: list[_Chunk] = []
+        for at in range(0, len(chunks) + group, group):
+            batch = chunks[at : at + group]
+            if batch:
+                packet: list[bytes | memoryview] = []
+                for chunk in batch:
+                    commands = plan.commands.rows(int(chunk[0]), int(chunk[-1]) + 1)
+                    packet += [*self._watch_read(chunk, guarded=True), _MULTI,
+                               _span(commands), _EXEC]
+                self.replies.send(packet)
+            for chunk in pending:
+                self.replies.next()  # WATCH: OK
+                self.replies.next()  # the decisions (or the error that aborted the EXEC)
+                self.replies.skip(1 + len(chunk) * self.per_entity)  # MULTI, QUEUED
+                result = self.replies.next()
+                if result is None or isinstance(result, ResponseError):
+                    again.append(chunk)
+                    continue
+                replies = list(result)  # type: ignore[call-overload]
+                if any(isinstance(r, ResponseError) for r in replies):
+                    again.append(chunk)  # rewritten whole by the careful pass
+                    continue
+                written += plan.present[chunk].sum(axis=0)
+            pending = batch
+        return written, again
 
     def _read_stored(self) -> bytes | ResponseError:
         """The reply of :data:`LUA_DECIDE` for the chunk just watched."""
