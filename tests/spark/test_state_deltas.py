@@ -20,12 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pytest
 from duckdb_oracle import END_NS, EXAMPLE_SPEC, SESSIONS_SPEC, events_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from micro_batches import micro_batches
 
 from featureflow.errors import StateError
 from featureflow.events import sample
@@ -61,18 +61,8 @@ class _WholeStore(StateStore):
 
 def _batches(events: pa.Table, cuts: list[int]) -> Iterator[tuple[pa.Table, int, int]]:
     """(accepted new events, watermark before, watermark after) per micro-batch."""
-    before: int | None = None
-    bounds = [0, *sorted(set(cuts)), events.num_rows]
-    for lo, hi in itertools.pairwise(bounds):
-        batch = events.slice(lo, hi - lo)
-        if before is not None:  # late events are dead letters
-            batch = batch.filter(pc.greater_equal(batch.column("event_ns"), before))
-        seen = [before + DELAY_NS] if before is not None else []
-        if batch.num_rows:
-            seen.append(pc.max(batch.column("event_ns")).as_py())
-        after = max(seen) - DELAY_NS if seen else 0
-        yield batch, before or 0, after
-        before = after
+    for batch, before, after in micro_batches(events, cuts, DELAY_NS):
+        yield batch, before or 0, after or 0
 
 
 def _tasks(spec: StreamViewSpec, store: StateStore, offline: OfflineFeatureLog, batch_id: int,

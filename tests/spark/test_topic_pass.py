@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +22,7 @@ import pytest
 from duckdb_oracle import END_NS, SESSIONS_SPEC, events_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from micro_batches import micro_batches
 
 from featureflow.events import sample
 from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog, read_history
@@ -80,16 +80,8 @@ def _run(root: Path, events: pa.Table, cuts: list[int], lagged: bool
     offline = OfflineFeatureLog(str(root / "offline"), SPEC.name)
     before: int | None = None
     states = []
-    bounds = [0, *sorted(set(cuts)), events.num_rows]
     batch_id = 0
-    for batch_id, (lo, hi) in enumerate(itertools.pairwise(bounds)):
-        batch = events.slice(lo, hi - lo)
-        if before is not None:  # late events are dead letters
-            batch = batch.filter(pc.greater_equal(batch.column("event_ns"), before))
-        seen = [before + DELAY_NS] if before is not None else []
-        if batch.num_rows:
-            seen.append(pc.max(batch.column("event_ns")).as_py())
-        after = max(seen) - DELAY_NS if seen else None
+    for batch_id, (batch, before, after) in enumerate(micro_batches(events, cuts, DELAY_NS)):
         task = ViewTask(SPEC, batch_id, state, (before if lagged else after) or 0, offline)
         outputs = task.compute(0, batch.to_batches() if batch.num_rows else [])
         if outputs is not None:
