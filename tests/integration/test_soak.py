@@ -14,7 +14,10 @@ Asserted, comparing the last third of the micro-batches (or RSS samples, or
 events sent) with the first third, after the cold first micro-batch:
 - the state rows of each view (``state_rows`` of the ``featureflow.metrics``
   lines) and the RSS of the job's Python workers (``/proc``) level off: the last
-  third's largest value is at most ``LEVEL_BOUND`` times the first third's;
+  third's largest value is at most ``LEVEL_BOUND`` times the first third's. For
+  state rows the middle third stands in for the first: the first third covers
+  the first ~18-22 h of event time, while the 24 h window and the 24 h maximum
+  session length are still filling, so its state is below the plateau by design;
 - freshness p99 of the last third's events is within 1.5x of the first third's.
   Event times are compressed, so freshness is measured in wall time: from the
   moment the producer sent an event to the moment the job wrote its batch's
@@ -171,6 +174,11 @@ def _thirds(values: list[float]) -> tuple[list[float], list[float]]:
     return values[:third], values[-third:]
 
 
+def _middle_and_last_thirds(values: list[float]) -> tuple[list[float], list[float]]:
+    third = len(values) // 3
+    return values[third : 2 * third], values[-third:]
+
+
 def _freshness_s(offline: Path, events: sample.SampleEvents, sent_at_ns: np.ndarray) -> np.ndarray:
     """Per event (in send order): its batch's offline file's mtime minus its send time, s."""
     written = np.zeros(len(events), dtype=np.int64)
@@ -271,7 +279,9 @@ def test_soak_state_memory_and_freshness_level_off(
     levels: dict[str, tuple[float, float]] = {}
     for view, view_reports in reports.items():
         assert not any(m["dead_letters"] for m in view_reports), view
-        first, last = _thirds([float(m["state_rows"]) for m in view_reports])  # type: ignore[arg-type]
+        first, last = _middle_and_last_thirds(
+            [float(m["state_rows"]) for m in view_reports]  # type: ignore[arg-type]
+        )
         levels[f"{view}_state_rows"] = (max(first), max(last))
     first_rss, last_rss = _thirds([float(r) / 2**20 for r, workers in rss if workers])
     levels["worker_rss_mib"] = (round(max(first_rss), 1), round(max(last_rss), 1))
