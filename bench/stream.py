@@ -587,8 +587,14 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
             print(table(runs, both), flush=True)
         if "feast" not in skip:
             feast_repo = private_repo(root, "repo-feast", topic)
-            runs.append(run_feast(spark, feast_repo, args.events, root / "ckpt-feast", offsets,
-                                  args.feast_timeout))  # fmt: skip
+            try:
+                runs.append(run_feast(spark, feast_repo, args.events, root / "ckpt-feast",
+                                      offsets, args.feast_timeout))  # fmt: skip
+            except Exception as error:  # a peer that fails is a result, not the end of the run
+                reason = next((line for line in str(error).splitlines() if line.strip()), "")
+                note = f"failed: {type(error).__name__}: {reason[:300]}"
+                runs.append(StreamRun("Feast SparkKafkaProcessor (ingest, no windows)", 0, 0.0,
+                                      note=note))  # fmt: skip
             print(table(runs, both), flush=True)
         if "floor" not in skip:
             floor = run_read_floor(spark, args.bootstrap, topic, root / "ckpt-floor", offsets)
