@@ -202,12 +202,20 @@ def _version(name: str) -> tuple[tuple[int, int], bool]:
     return (int(match.group(1)), int(match.group(2) or 0)), bool(match.group(3))
 
 
+def _chain(
+    spec: StreamViewSpec, tmp_path: Path, events: pa.Table, cuts: list[int]
+) -> tuple[StateStore, int, Path]:
+    """Run ``spec`` over the batches on one partition: its store, last batch id and the
+    last batch's delta file."""
+    store = StateStore(str(tmp_path / "state"), 1)
+    last = _run_view(spec, store, tmp_path, events, cuts)
+    part = tmp_path / "state" / "partitions=1" / "part-00000"
+    return store, last, part / f"batch-{last}.delta.arrow"
+
+
 def test_a_replayed_batch_rewrites_the_same_delta(tmp_path: Path) -> None:
     events, cuts = _sample(), list(range(300, 3000, 300))
-    store = StateStore(str(tmp_path / "state"), 1)
-    last = _run_view(ROLLING, store, tmp_path, events, cuts)
-    part = tmp_path / "state" / "partitions=1" / "part-00000"
-    delta = part / f"batch-{last}.delta.arrow"
+    store, last, delta = _chain(ROLLING, tmp_path, events, cuts)
     first = delta.read_bytes()
     drop_resident()  # the replay runs on a restarted worker: it rebuilds version last - 1
     batch, _, after = list(_batches(events, cuts))[last]
@@ -263,10 +271,8 @@ def test_a_damaged_or_missing_delta_is_an_error_naming_it(
     monkeypatch.setattr(state_module, "SNAPSHOT_EVERY", 100)  # the chain: batch 0, then deltas
     monkeypatch.setattr(state_module, "SNAPSHOT_SHARE", 100.0)
     events, cuts = _sample(), list(range(300, 3000, 300))
-    store = StateStore(str(tmp_path / "state"), 1)
-    last = _run_view(TILED, store, tmp_path, events, cuts)
-    part = tmp_path / "state" / "partitions=1" / "part-00000"
-    delta = part / f"batch-{last}.delta.arrow"
+    store, last, delta = _chain(TILED, tmp_path, events, cuts)
+    part = delta.parent
     intact = delta.read_bytes()
     delta.write_bytes(intact[: len(intact) // 2])
     drop_resident()
