@@ -5,7 +5,8 @@ Drives the stream job's executor path for shuffle partition 0
 load -> window-state compute -> offline write -> state save) without Kafka or
 Spark, for both example views (``user_txn_stats``: rolling 10m/1h/24h;
 ``user_sessions``). Events come from :func:`featureflow.events.sample.generate`
-(``--users`` users over 24 h and a bit, 1 % out of order):
+(``--users`` users over 24 h and a bit, 1 % out of order; a batch's events behind the
+watermark, the 1-3 h late ones, are left out as the job dead-letters them):
 
 - *24 h state*: the first ``--state-events`` events are folded into the state
   (what the job keeps after them: every event within 24 h of the watermark for
@@ -144,9 +145,13 @@ def measure(
     seen_max = watermark + spec.watermark_ns
     full, empty = [], []
     for index in range(batches):
-        new = events.slice(state_events + index * batch, batch)
-        seen_max = max(seen_max, int(pc.max(new.column("event_ns")).as_py()))
+        # as in the job: a batch is judged against the watermark before it (events
+        # behind it are dead-lettered and never reach the state), and its state is
+        # kept for events at or after that watermark
         mark = seen_max - spec.watermark_ns
+        new = events.slice(state_events + index * batch, batch)
+        new = new.filter(pc.greater_equal(new.column("event_ns"), mark))
+        seen_max = max(seen_max, int(pc.max(new.column("event_ns")).as_py()))
         full.append(run_batch(spec, repo, store, offline, index + 1, new, mark))
         alone = StateStore(str(root / "empty" / spec.name / str(index)), 1)
         empty.append(run_batch(spec, repo, alone, offline, index + 1, new, mark))

@@ -57,6 +57,7 @@ def abi() raises -> PythonObject:
     facts["stream_in_place"] = rolling.STREAM_IN_PLACE
     facts["stream_convert"] = rolling.STREAM_CONVERT
     facts["stream_bucketed"] = rolling.STREAM_BUCKETED
+    facts["frame_words"] = rolling.FRAME_WORDS
     var aggs = Python.dict()
     aggs["count"] = A_COUNT
     aggs["sum"] = A_SUM

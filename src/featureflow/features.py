@@ -8,7 +8,7 @@ Arrow tables; no Spark, Kafka or Feast I/O here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -85,14 +85,39 @@ def features_at(
         Columns ``spec.join_key``, ``event_ns_column`` (the queries), then one column
         per aggregation (Feast's name), in ``spec`` order.
     """
+    table, _ = features_at_resuming(runs, spec, at_keys, at_ts, event_ns_column=event_ns_column)
+    return table
+
+
+FrameStatesByColumn = Mapping[str, ops.FrameStates]
+"""A rolling view's frame states (:func:`featureflow.ops.rolling_at_resuming`), per
+event column the view aggregates."""
+
+
+def features_at_resuming(
+    runs: Sequence[pa.Table],
+    spec: StreamViewSpec,
+    at_keys: np.ndarray,
+    at_ts: np.ndarray,
+    *,
+    frames: FrameStatesByColumn | None = None,
+    clip_ns: int | None = None,
+    added_run: int | None = None,
+    event_ns_column: str = "event_ns",
+) -> tuple[pa.Table, dict[str, ops.FrameStates]]:
+    """:func:`features_at`, resuming ``frames`` and keeping this call's frame states
+    (clipped to ``clip_ns``; :func:`featureflow.ops.rolling_at_resuming`, whose
+    contract ``frames`` must meet). Returns the table and the states kept, per
+    column (none for a column whose states the backend does not keep)."""
     if spec.is_session_view:
         msg = f"{spec.name!r} is a session view: use session_features()"
         raise ValueError(msg)
     outputs: dict[str, pa.ChunkedArray | pa.Array] = {}
+    kept: dict[str, ops.FrameStates] = {}
     for column, wanted in _aggregations_by_column(spec).items():
         windows = sorted({agg.window_ns for agg in wanted})
         functions = list(dict.fromkeys(agg.function for agg in wanted))
-        computed = ops.rolling_at(
+        computed, states = ops.rolling_at_resuming(
             [
                 (run.column(spec.join_key), run.column(event_ns_column), run.column(column))
                 for run in runs
@@ -102,7 +127,12 @@ def features_at(
             at_keys,
             at_ts,
             hop=spec.tile_hop_ns,
+            frames=None if frames is None else frames.get(column),
+            clip_ns=clip_ns,
+            added_run=added_run,
         )
+        if states is not None:
+            kept[column] = states
         for aggregation in wanted:
             outputs[aggregation.output_name] = computed.column(
                 f"{aggregation.function}_{_window_label(aggregation.window_ns)}"
@@ -113,7 +143,7 @@ def features_at(
         event_ns_column: pa.array(at_ts, pa.int64()),
     }
     columns.update({agg.output_name: outputs[agg.output_name] for agg in spec.aggregations})
-    return pa.table(columns)
+    return pa.table(columns), kept
 
 
 def _aggregations_by_column(spec: StreamViewSpec) -> dict[str, list[AggregationSpec]]:

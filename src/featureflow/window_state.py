@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from featureflow import features, state_runs, tiles
 from featureflow.columns import EVENT_NS
+from featureflow.features import FrameStatesByColumn
 from featureflow.repo import SESSION_START, StreamViewSpec
 from featureflow.state_delta import (
     RUNS,
@@ -102,6 +103,8 @@ class StateStep:
     delta: StateDelta
     kept_tiles: pa.Table | None = None
     tiles_delta: StateDelta | None = None
+    frames: FrameStatesByColumn | None = None
+    """A runs-ordered view's frame states for ``kept`` (:func:`rolling_step`)."""
 
 
 def rolling_outputs(
@@ -145,14 +148,21 @@ def rolling_step(
     tile_state: pa.Table | None = None,
     *,
     touched_only: bool = True,
+    frames: FrameStatesByColumn | None = None,
 ) -> StateStep:
     """:func:`rolling_outputs` with the state's deltas: the new events appended, then the
     runs compacted at the earliest time a future frame reaches (runs), or the events
     before it (time order; tiled: before the compaction bound) dropped, and for a tiled
-    view the closed tiles' partials appended and the tiles no frame reaches dropped."""
+    view the closed tiles' partials appended and the tiles no frame reaches dropped.
+
+    A runs-ordered view also returns its frame states (``StateStep.frames``: each
+    entity's frames at its latest event, on the Mojo backend); given back as ``frames``
+    with the state table they came with (``kept``) as the next batch's state, they let
+    its frames resume instead of summing each touched entity's window again, so the
+    batch costs what enters and leaves the frames. Other ``frames`` are wrong inputs."""
     key_type = events.schema.field(spec.join_key).type
     if not tiles.compactable(spec) and pa.types.is_integer(key_type):
-        return _rolling_at_queries(events, new_rows, spec, watermark_ns, touched_only)
+        return _rolling_at_queries(events, new_rows, spec, watermark_ns, touched_only, frames)
     appended = events.slice(events.num_rows - new_rows)
     events, is_new = in_time_order(events, new_rows)
     computed = events
@@ -188,8 +198,9 @@ def _keep_from_ns(spec: StreamViewSpec, watermark_ns: int) -> int:
 
 
 def _rolling_at_queries(
-    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int, touched_only: bool
-) -> StateStep:
+    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int,
+    touched_only: bool, frames: FrameStatesByColumn | None,
+) -> StateStep:  # fmt: skip
     """:func:`rolling_step` of a view whose state is runs (see :func:`rolling_outputs`)."""
     key = spec.join_key
     state_rows = events.num_rows - new_rows
@@ -202,7 +213,13 @@ def _rolling_at_queries(
     online = touched if touched_only else state_runs.entity_keys(runs, key)
     at_keys = np.concatenate([new_keys[by_time], online]).astype(np.int64)
     at_ts = np.concatenate([new_ts[by_time], state_runs.latest_times(runs, key, online)])
-    computed = features.features_at(runs, spec, at_keys, at_ts)
+    cut = _keep_from_ns(spec, watermark_ns)
+    # the new events are the last run (runs_with); each touched entity's last query is
+    # at its latest event, as keeping its frame requires
+    computed, kept_frames = features.features_at_resuming(
+        runs, spec, at_keys, at_ts, frames=frames, clip_ns=cut,
+        added_run=len(runs) - 1 if new.num_rows else None,
+    )  # fmt: skip
     history = with_event_timestamp(computed.slice(0, new_rows), spec)
     latest = computed.slice(new_rows)
     if not touched_only:
@@ -210,8 +227,16 @@ def _rolling_at_queries(
             pc.is_in(latest.column(key), pa.array(touched, latest.column(key).type))
         )
     rows = with_event_timestamp(latest, spec)
-    delta = StateDelta(new, RUNS, cut=_keep_from_ns(spec, watermark_ns), key=key)
-    return StateStep(rows, history, delta.from_runs(runs), delta)
+    delta = StateDelta(new, RUNS, cut=cut, key=key)
+    kept = delta.from_runs(runs)
+    if frames and kept.num_rows == sum(run.num_rows for run in runs):
+        # no row left the runs: the other entities' frames still hold only rows the
+        # runs have, so they stay resumable
+        kept_frames = {
+            column: frames[column].updated_by(states) if column in frames else states
+            for column, states in kept_frames.items()
+        }
+    return StateStep(rows, history, kept, delta, frames=kept_frames or None)
 
 
 def session_outputs(

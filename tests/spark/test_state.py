@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
+from featureflow import ops
 from featureflow.errors import JobError, StateError
 from featureflow.spark import state as state_module
 from featureflow.spark.state import StateStore, drop_resident
@@ -153,3 +155,25 @@ def test_a_version_rewritten_elsewhere_is_read_again(tmp_path: Path) -> None:
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, elsewhere.schema) as writer:
         writer.write_table(elsewhere)
     assert store.load_events(0, before_batch=4) == elsewhere
+
+
+def test_frame_states_are_held_with_their_version_and_only_while_resident(
+    tmp_path: Path,
+) -> None:
+    """The frames a batch saved beside its state come back with that very table, and
+    with nothing else: not with a version rebuilt from files (another worker, a
+    restart), a replaced version, or a table that only equals it."""
+    store = StateStore(str(tmp_path), partitions=1)
+    frames = {"amount": ops.FrameStates(np.array([1]), np.zeros((1, 1, 1), np.int64), ())}
+    store.save_events(0, 0, _events(1), frames=frames)
+    held = store.load_events(0, before_batch=1)
+    assert held is not None
+    assert store.frames_of(0, held) is frames
+    assert store.frames_of(0, _events(1)) is None  # equal, but not the table held
+    drop_resident()
+    rebuilt = store.load_events(0, before_batch=1)
+    assert rebuilt is not None and store.frames_of(0, rebuilt) is None
+    store.save_events(0, 1, _events(2), frames=frames)
+    store.save_events(0, 2, _events(3))  # the next batch kept none
+    newest = store.load_events(0, before_batch=3)
+    assert newest is not None and store.frames_of(0, newest) is None

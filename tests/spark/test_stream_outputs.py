@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from featureflow import features
 from featureflow.events import sample
 from featureflow.repo import StreamViewSpec
-from featureflow.window_state import rolling_outputs, session_outputs
+from featureflow.window_state import rolling_outputs, rolling_step, session_outputs
 
 DELAY_NS = 5 * 60 * 10**9
 TILED_SPEC = dataclasses.replace(EXAMPLE_SPEC, tile_hop_ns=5 * 60 * 10**9, watermark_ns=DELAY_NS)
@@ -38,12 +38,14 @@ CAPPED_SPECS = [
 
 
 def _run_batches(
-    events: pa.Table, cuts: list[int], spec: StreamViewSpec, *, per_batch: bool = False
-) -> tuple[Any, pa.Table, list[pa.Table]]:
+    events: pa.Table, cuts: list[int], spec: StreamViewSpec, *, per_batch: bool = False,
+    resume: bool = True,
+) -> tuple[Any, pa.Table, list[pa.Table]]:  # fmt: skip
     """Feed ``events`` (arrival order) in batches cut at ``cuts``; returns
     (accepted events — a list per batch with ``per_batch`` —, concatenated offline
-    history, online rows per batch)."""
-    state, tile_state = events.slice(0, 0), None
+    history, online rows per batch). ``resume``: each rolling batch resumes the frame
+    states the one before kept (as a worker that holds them does)."""
+    state, tile_state, frames = events.slice(0, 0), None, None
     seen_max: int | None = None
     accepted, history, online = [], [], []
     bounds = [0, *sorted(set(cuts)), events.num_rows]
@@ -59,9 +61,14 @@ def _run_batches(
         if spec.is_session_view:
             rows, batch_history, state = session_outputs(pending, batch.num_rows, spec, watermark)
         else:
-            rows, batch_history, state, tile_state = rolling_outputs(
-                pending, batch.num_rows, spec, watermark, tile_state
-            )
+            step = rolling_step(
+                pending, batch.num_rows, spec, watermark, tile_state,
+                frames=frames if resume else None,
+            )  # fmt: skip
+            rows, batch_history, state, tile_state = (
+                step.rows, step.history, step.kept, step.kept_tiles,
+            )  # fmt: skip
+            frames = step.frames
         history.append(batch_history)
         online.append(rows)
     if spec.is_session_view:  # end of stream: the watermark passes every session
@@ -88,13 +95,16 @@ def _timestamps_ns(table: pa.Table) -> np.ndarray:
     seed=st.integers(0, 10_000),
     cuts=st.lists(st.integers(0, 600), max_size=8),
     tiled=st.booleans(),
+    resume=st.booleans(),
 )
 def test_rolling_history_equals_one_pass_over_what_had_arrived(
-    seed: int, cuts: list[int], tiled: bool
+    seed: int, cuts: list[int], tiled: bool, resume: bool
 ) -> None:
+    """With frame states resumed batch after batch (a worker holding them) or not (each
+    batch on a fresh worker), the same history."""
     spec = TILED_SPEC if tiled else EXAMPLE_SPEC
     events = _events(seed)
-    accepted, history, _ = _run_batches(events, cuts, spec)
+    accepted, history, _ = _run_batches(events, cuts, spec, resume=resume)
     # Oracle: per micro-batch, one pass over everything accepted so far; keep that batch's rows.
     expected_parts, seen = [], 0
     for batch in _run_batches(events, cuts, spec, per_batch=True)[0]:

@@ -48,6 +48,7 @@ from featureflow_kernels.rolling._bucketed import bucket_scratch_bytes, bucketed
 from featureflow_kernels.rolling._stream import stream_window
 from featureflow_kernels.rolling._region import region_window
 from featureflow_kernels.rolling._query import query_scratch_bytes, rolling_query
+from featureflow_kernels.rolling._resume import FRAME_WORDS
 
 
 def stream_dispatch[

@@ -20,9 +20,11 @@ import pyarrow as pa
 from featureflow.ops import _backend, _inputs, _nonfinite, _query, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
+from featureflow.ops._query import FrameStates
 
 __all__ = [
     "AGGS",
+    "FrameStates",
     "backend",
     "backend_reason",
     "describe",
@@ -30,6 +32,7 @@ __all__ = [
     "merge_runs",
     "rolling",
     "rolling_at",
+    "rolling_at_resuming",
     "sessions",
 ]
 
@@ -178,6 +181,43 @@ def rolling_at(
     Raises:
         TypeError, ValueError: naming the argument that is wrong.
     """
+    return rolling_at_resuming(runs, windows, aggs, at_keys, at_ts, hop)[0]
+
+
+def rolling_at_resuming(
+    runs: list[tuple[object, object, object]],
+    windows: object,
+    aggs: object,
+    at_keys: object,
+    at_ts: object,
+    hop: object = None,
+    *,
+    frames: _query.FrameStates | None = None,
+    clip_ns: int | None = None,
+    added_run: int | None = None,
+) -> tuple[pa.Table, _query.FrameStates | None]:
+    """`rolling_at`, resuming the frames an earlier call kept, and keeping this call's.
+
+    With ``clip_ns`` set, the Mojo backend returns each queried key's frame state at its
+    last query, per window, clipped to ``clip_ns`` (ns: the rows before it leave, as
+    the caller drops them from its runs); a later call given them as ``frames`` (with
+    the same windows, aggregates, hop and value type) resumes each key's frame instead
+    of summing its rows again, and reads only the rows that entered and left it since.
+
+    The caller's contract for ``frames``: ``runs`` hold every row the earlier call's
+    runs held from its ``clip_ns`` on, and the rows added since are the run
+    ``runs[added_run]`` (None: no rows were added). Keys whose states are written have
+    their last query at or after their latest row. Out-of-order rows and queries
+    move a key's frame back first; a key whose frame cannot resume (no state, a min
+    or max leaving, a frame reaching before the earlier ``clip_ns``) is computed from
+    its rows. The outputs equal `rolling_at`'s up to the rounding of the compensated
+    sums' other order of additions.
+
+    Returns:
+        (`rolling_at`'s table, the frame states or None: the numpy backend keeps none,
+        and none are kept without ``clip_ns``, for first/last/count_distinct or when
+        values hold ±inf).
+    """
     parsed = [_run(k, t, v, i) for i, (k, t, v) in enumerate(runs)]
     types = {run.values.type for run in parsed}
     if len(types) > 1:
@@ -201,14 +241,33 @@ def rolling_at(
         ]
     plan = _query.plan(parsed, qkeys, qts)
     impl = _backend.current().backend
+    window_ns = [ns for _, ns in wins]
+    signature = (tuple(window_ns), hop_ns, tuple(names), str(value_type))
+    keep = clip_ns is not None and set(names) <= _query.RESUMABLE_AGGS
+    shape = (len(plan.group_keys), len(window_ns), getattr(impl, "frame_words", 0))
+    resume = frames if frames is not None and frames.signature == signature else None
+    frames_in = None if resume is None or not keep else resume.for_keys(plan.group_keys)
+    frames_out = np.zeros(shape, dtype=np.int64) if keep and shape[2] else None
+    values = [r.values for r in parsed]
+    kept: list[bool] = []
 
-    def kernel(values: list[pa.Array], aggs: list[str], cols: list[_tables.OutputColumn]) -> int:
-        rows = [_query.Run(r.keys, r.ts, v) for r, v in zip(parsed, values, strict=True)]
-        impl.rolling_at(rows, plan, [ns for _, ns in wins], hop_ns, aggs, cols)
+    def kernel(vals: list[pa.Array], aggs: list[str], cols: list[_tables.OutputColumn]) -> int:
+        rows = [_query.Run(r.keys, r.ts, v) for r, v in zip(parsed, vals, strict=True)]
+        whole = vals is values  # one call over the values as given (no ±inf split)
+        resume_in, resume_out = (frames_in, frames_out) if whole else (None, None)
+        clip = 0 if clip_ns is None else clip_ns
+        kept.append(
+            impl.rolling_at(
+                rows, plan, window_ns, hop_ns, aggs, cols, resume_in, resume_out, clip, added_run
+            )
+        )
         return plan.nq
 
-    _nonfinite.aggregate_values([r.values for r in parsed], names, columns, kernel)
-    return plan.in_query_order(_tables.table(columns, len(qts)))
+    _nonfinite.aggregate_values(values, names, columns, kernel)
+    table = plan.in_query_order(_tables.table(columns, len(qts)))
+    if frames_out is None or kept != [True]:
+        return table, None
+    return table, _query.FrameStates(plan.group_keys.copy(), frames_out, signature)
 
 
 def merge_runs(runs: list[tuple[object, object]], cut_ns: int) -> np.ndarray:

@@ -12,12 +12,18 @@ gives a row of that key at time t, rows with ts == t included.
 (binary search, no pass over the rows); the backends then compute only the
 queries' frames. `reference_rolling_at` is the numpy reference: the queried
 keys' rows gathered and sorted, then `_reference.frame_aggregates`.
+
+`FrameStates` are what the Mojo kernel can keep between calls: each key's frame
+at its last query, per window (mojo_ops/featureflow_kernels/rolling/_resume.mojo),
+so the next call over the same runs plus rows that are all queried resumes them
+and reads only the rows entering and leaving the frames.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +43,47 @@ class Run:
     @property
     def n(self) -> int:
         return len(self.ts)
+
+
+RESUMABLE_AGGS: Final = frozenset({"count", "sum", "mean", "min", "max", "std", "var"})
+"""The aggregates a frame state answers (first/last/count_distinct need the rows)."""
+
+
+@dataclass(frozen=True)
+class FrameStates:
+    """Per key and window, the frame the Mojo kernel wrote at the key's last query.
+
+    ``keys``: int64, sorted, unique; ``words``: int64 ``(len(keys), windows, words)``,
+    opaque to Python (the kernel's `FrameState`; a zero first word: no state);
+    ``signature``: the call they answer (windows in ns, hop, aggregates, value type).
+    """
+
+    keys: np.ndarray
+    words: np.ndarray
+    signature: tuple[object, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.keys.nbytes + self.words.nbytes)
+
+    def for_keys(self, keys: np.ndarray) -> np.ndarray:
+        """The states of ``keys`` (sorted, unique) in that order; zeros where none."""
+        out = np.zeros((len(keys), *self.words.shape[1:]), dtype=np.int64)
+        if len(self.keys) and len(keys):
+            at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+            found = self.keys[at] == keys
+            out[found] = self.words[at[found]]
+        return out
+
+    def updated_by(self, newer: FrameStates) -> FrameStates:
+        """These states with ``newer``'s keys replaced or added (newer wins)."""
+        if not len(self.keys):
+            return newer
+        stays = ~np.isin(self.keys, newer.keys, assume_unique=True)
+        keys = np.concatenate([self.keys[stays], newer.keys])
+        order = np.argsort(keys, kind="stable")
+        words = np.concatenate([self.words[stays], newer.words])[order]
+        return FrameStates(keys[order], words, newer.signature)
 
 
 @dataclass(frozen=True)

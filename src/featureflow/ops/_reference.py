@@ -211,10 +211,16 @@ class ReferenceBackend:
         hop: int | None,
         aggs: list[str],
         columns: list[OutputColumn],
-    ) -> None:
+        frames_in: np.ndarray | None = None,
+        frames_out: np.ndarray | None = None,
+        clip_ns: int = 0,
+        added_run: int | None = None,
+    ) -> bool:
+        """Every frame from its rows: the reference keeps no frame states (False)."""
         from featureflow.ops._query import reference_rolling_at
 
         reference_rolling_at(runs, plan, windows, hop, aggs, columns)
+        return False
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """Indices into the runs' concatenation in (key, ts) order, stable, without

@@ -40,6 +40,7 @@ from featureflow.window_state import (  # rolling_outputs, session_outputs: benc
 if TYPE_CHECKING:
     from feast import FeatureStore
 
+    from featureflow.features import FrameStatesByColumn
     from featureflow.schema import FeatureSchema
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class ViewOutputs:
     delta: StateDelta | None = None
     """How ``kept`` follows from the state the task read (what the save writes)."""
     tiles_delta: StateDelta | None = None
+    frames: FrameStatesByColumn | None = None
+    """Frame states computed with ``kept``, held beside it in the worker."""
 
     @property
     def new_rows(self) -> int:
@@ -173,7 +176,10 @@ class ViewTask:
         if self.spec.is_session_view:
             step = session_step(events, new_rows, self.spec, self.watermark_ns)
         else:
-            step = rolling_step(events, new_rows, self.spec, self.watermark_ns, prior_tiles)
+            frames = None if prior is None else self.state.frames_of(partition, prior)
+            step = rolling_step(
+                events, new_rows, self.spec, self.watermark_ns, prior_tiles, frames=frames
+            )
         clock.lap("compute")
         if not new_rows and not step.history.num_rows:
             return None  # no session closed: the newest state version stays valid
@@ -185,7 +191,7 @@ class ViewTask:
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
         return ViewOutputs(
             step.rows, step.history, step.kept, step.kept_tiles, new_ns, clock,
-            step.delta, step.tiles_delta,
+            step.delta, step.tiles_delta, step.frames,
         )  # fmt: skip
 
     def finish(self, partition: int, outputs: ViewOutputs) -> None:
@@ -204,8 +210,9 @@ class ViewTask:
                 read_before=self.before,
             )  # fmt: skip
         self.state.save_events(
-            partition, self.batch_id, outputs.kept, outputs.delta, read_before=self.before
-        )
+            partition, self.batch_id, outputs.kept, outputs.delta, read_before=self.before,
+            frames=outputs.frames,
+        )  # fmt: skip
         clock.lap("state_save")
 
     @staticmethod

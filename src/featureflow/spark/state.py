@@ -96,7 +96,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -106,6 +106,9 @@ from featureflow.errors import JobError, StateError
 from featureflow.spark import file_modes
 from featureflow.spark.watermarks import PartitionWatermarks
 from featureflow.state_delta import StateDelta
+
+if TYPE_CHECKING:
+    from featureflow.features import FrameStatesByColumn
 
 log = logging.getLogger(__name__)
 
@@ -145,11 +148,18 @@ the session closer's pass over the state that pass left is step 1."""
 
 class _Held(NamedTuple):
     """A version this worker holds: the file that defines it (its delta, or its snapshot
-    when it has no delta: name, size, modification time), and its content."""
+    when it has no delta: name, size, modification time), its content, and the frame
+    states the batch that wrote it computed with it (:meth:`StateStore.frames_of`)."""
 
     version: Version
     file: tuple[str, int, int | None]
     table: pa.Table
+    frames: FrameStatesByColumn | None = None
+
+    @property
+    def nbytes(self) -> int:
+        frames = 0 if self.frames is None else sum(f.nbytes for f in self.frames.values())
+        return int(self.table.nbytes) + frames
 
 
 _RESIDENT: OrderedDict[tuple[str, str], _Held] = OrderedDict()
@@ -170,7 +180,7 @@ def _hold(key: tuple[str, str], held: _Held) -> None:
     _RESIDENT[key] = held
     _RESIDENT.move_to_end(key)
     limit = _resident_limit_bytes()
-    while _RESIDENT and sum(h.table.nbytes for h in _RESIDENT.values()) > limit:
+    while _RESIDENT and sum(h.nbytes for h in _RESIDENT.values()) > limit:
         _RESIDENT.popitem(last=False)
 
 
@@ -379,15 +389,26 @@ class StateStore:
         """The partition's events as left by the newest batch before ``before_batch``."""
         return self._load_table(self._partition_dir(partition), before_batch)
 
+    def frames_of(self, partition: int, events: pa.Table) -> FrameStatesByColumn | None:
+        """The frame states held with ``events`` (the very table :meth:`load_events`
+        returned, held since the batch that saved it with them), else None: a version
+        rebuilt from files, or replaced since, comes without them."""
+        held = _RESIDENT.get((self.root, self._partition_dir(partition)))
+        return held.frames if held is not None and held.table is events else None
+
     def save_events(
         self, partition: int, batch: int, events: pa.Table, delta: StateDelta | None = None,
-        *, read_before: int | None = None,
+        *, read_before: int | None = None, frames: FrameStatesByColumn | None = None,
     ) -> None:  # fmt: skip
         """Write the partition's events after ``batch`` (atomically): as ``delta`` from
         the version the batch read (the newest before ``read_before``, default
         ``batch``; ``delta.apply`` of it is ``events``), or whole without a delta. Drop
-        the files nothing reads any more (see the module's retention rule)."""
-        self._save_table(self._partition_dir(partition), batch, events, delta, read_before)
+        the files nothing reads any more (see the module's retention rule). ``frames``:
+        the frame states computed with ``events``, held beside them in this worker only
+        (never written: a worker without them computes the frames from the events)."""
+        self._save_table(
+            self._partition_dir(partition), batch, events, delta, read_before, frames
+        )
 
     def load_tiles(self, partition: int, before_batch: int) -> pa.Table | None:
         """The partition's tile partials (:mod:`featureflow.tiles`) as of ``before_batch``."""
@@ -480,7 +501,7 @@ class StateStore:
 
     def _save_table(
         self, directory: str, batch: int, table: pa.Table, delta: StateDelta | None = None,
-        read_before: int | None = None,
+        read_before: int | None = None, frames: FrameStatesByColumn | None = None,
     ) -> None:  # fmt: skip
         """Write version ``table`` of ``batch``: as ``delta`` from the version the batch
         read (the newest before ``read_before``, default ``batch``), or whole (no delta,
@@ -506,7 +527,7 @@ class StateStore:
             assert delta is not None and base is not None
             written = _write_table(filesystem, final, _delta_table(delta, base))
         key = (self.root, directory)
-        _hold(key, _Held(version, _identity(written), table))
+        _hold(key, _Held(version, _identity(written), table, frames))
         infos, files = self._listing(directory)
         _drop_leftovers(filesystem, infos)
         self._drop_unreadable_tables(files, batch)

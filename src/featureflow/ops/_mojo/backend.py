@@ -33,6 +33,8 @@ class NativeBackend:
         facts = module.abi()
         self._convert = int(facts["stream_convert"])
         self._bucketed = int(facts["stream_bucketed"])
+        self.frame_words = int(facts["frame_words"])
+        """Words of one (key, window) frame state (rolling/_resume.mojo)."""
 
     def _call(self, kernel: str, words: list[int] | np.ndarray, *extra: int) -> int:
         desc = words if isinstance(words, np.ndarray) else np.array(words, dtype=np.int64)
@@ -180,14 +182,31 @@ class NativeBackend:
         hop: int | None,
         aggs: list[str],
         columns: list[OutputColumn],
-    ) -> None:
-        """Frames at query points over runs (rolling/_query.mojo)."""
+        frames_in: np.ndarray | None = None,
+        frames_out: np.ndarray | None = None,
+        clip_ns: int = 0,
+        added_run: int | None = None,
+    ) -> bool:
+        """Frames at query points over runs (rolling/_query.mojo), resuming the frame
+        states of ``frames_in`` and writing the new ones to ``frames_out``
+        (``(groups, windows, frame_words)`` int64, C-contiguous; rolling/_resume.mojo);
+        ``added_run``: the run of the rows added since ``frames_in`` were written."""
         if plan.nq == 0:
-            return
+            return frames_out is not None  # no key: no state
+        shape = (len(plan.group_keys), len(windows), self.frame_words)
+        for name, frames in (("frames_in", frames_in), ("frames_out", frames_out)):
+            if frames is not None and (
+                frames.shape != shape or frames.dtype != np.int64 or not frames.flags.c_contiguous
+            ):
+                msg = f"{name}: expected a C-contiguous int64 array of shape {shape}"
+                raise ValueError(msg)
         dtype = VALUE_TYPES[runs[0].values.type]
         words = [len(runs), len(plan.group_keys), plan.nq, len(windows), hop or 0, len(aggs)]
         words += [dtype, int(plan.qts.ctypes.data), int(plan.qout.ctypes.data)]
         words += [int(plan.qoff.ctypes.data), int(plan.segs.ctypes.data), plan.capacity]
+        words += [0 if frames_in is None else int(frames_in.ctypes.data)]
+        words += [0 if frames_out is None else int(frames_out.ctypes.data), int(clip_ns)]
+        words += [-1 if added_run is None else added_run]
         for run in runs:
             v = run.values
             words += [
@@ -199,6 +218,7 @@ class NativeBackend:
         desc = np.array(words + windows + descriptor.column_words(columns), dtype=np.int64)
         scratch = pa.allocate_buffer(self._scratch("query", plan.capacity))
         self._call("rolling_query", desc, scratch.address)
+        return frames_out is not None
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """The merged order of runs (indices into their concatenation), rows before

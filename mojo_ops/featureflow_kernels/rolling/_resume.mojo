@@ -1,0 +1,450 @@
+"""Frame states: a key's frame at its latest query, kept between calls of
+`rolling_query` so that the next call resumes it instead of summing the
+frame's rows again. The stream job asks, every micro-batch, for the frames of
+each touched key's new events with 24 h of its events as context; resumed,
+a key costs the rows that enter and leave its frame since the last call, not
+the rows the frame holds.
+
+A frame state is `FRAME_WORDS` int64 words per (key, window), floats stored
+by their bits (`FrameState` names them). It holds the aggregates of exactly
+the key's rows with ts in [low, t_last] (ns, both ends inclusive): count,
+the compensated sum, the shifted moments of `Sliding` (same shift, same
+two_sum and exact squares, so a resumed frame continues the arithmetic of the
+walk that wrote it), and the frame's min and max as values; and `clip`, the
+time before which the caller may have dropped rows since.
+
+Resuming (`rolling/_query`): the rows of the call's newest run are the rows
+added since the state was written, the others were there. A key's queries
+after t_last start from the state; when the key has new rows or queries at
+or before t_last (events out of order), the state first moves back to
+t0 < all of them: the old rows after t0 leave it, and the rows from the
+frame's low end at t0 that it lacked enter (the old ones before `low`, the
+new ones up to t0). Then the frame walks forward: rows after t0 enter, rows
+from its low end on leave, in ts order. A min or max cannot be updated when
+its row leaves (no deque of the old rows is kept), so a removal of a value
+equal to the state's min or max gives the key's window back to the walk
+over all its rows, as does a low end before `clip`.
+
+Before a state is written its frame is clipped to the call's clip: rows
+before it leave, since the caller drops them from the runs (no later frame
+reaches them), so a later call finds every row the state holds in the runs.
+"""
+
+from std.utils.numerics import isnan
+from std.math import sqrt
+from featureflow_kernels.abi import (
+    A_COUNT,
+    A_MAX,
+    A_MEAN,
+    A_MIN,
+    A_STD,
+    A_SUM,
+    A_VAR,
+    Column,
+    F64P,
+    I64P,
+    U8P,
+    f64p,
+    i64p,
+)
+from featureflow_kernels.buffers import set_valid, store
+from featureflow_kernels.agg.sliding import Sliding
+from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.rolling._frames import frame_lower
+
+
+comptime FRAME_WORDS = 14
+"""Words of one (key, window) frame state; `FrameState` names them."""
+comptime F_VALID = 1
+comptime F_SHIFT_SET = 2
+
+
+@fieldwise_init
+struct FrameState(Copyable, Movable):
+    """The aggregates of a key's rows with ts in [low, t_last] (module docstring).
+    `min`/`max` are meaningful while count > 0; the moments are of x - shift."""
+
+    var count: Int
+    var sum: Float64
+    var sum_c: Float64
+    var shift: Float64
+    var shift_set: Bool
+    var s1: Float64
+    var s1_c: Float64
+    var s2: Float64
+    var s2_c: Float64
+    var min: Float64
+    var max: Float64
+
+    @staticmethod
+    def empty() -> FrameState:
+        """The state of no rows (a walk's frame after `Sliding.reset`)."""
+        return FrameState(0, 0.0, 0.0, 0.0, False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    @staticmethod
+    def clip(frames: Int, at: Int) -> Int:
+        """Rows before this time may have left the runs since the state was written."""
+        return Int(i64p(frames)[unsafe_offset=at + 13])
+
+    @staticmethod
+    def is_valid(frames: Int, at: Int) -> Bool:
+        """Whether the words from `at` of the states at address `frames` hold one."""
+        return (Int(i64p(frames)[unsafe_offset=at]) & F_VALID) != 0
+
+    @staticmethod
+    def t_last(frames: Int, at: Int) -> Int:
+        return Int(i64p(frames)[unsafe_offset=at + 1])
+
+    @staticmethod
+    def low(frames: Int, at: Int) -> Int:
+        return Int(i64p(frames)[unsafe_offset=at + 2])
+
+    @staticmethod
+    def load(frames: Int, at: Int) -> FrameState:
+        var w = i64p(frames)
+        var f = f64p(frames)
+        return FrameState(
+            Int(w[unsafe_offset=at + 3]),
+            f[unsafe_offset=at + 4],
+            f[unsafe_offset=at + 5],
+            f[unsafe_offset=at + 6],
+            (Int(w[unsafe_offset=at]) & F_SHIFT_SET) != 0,
+            f[unsafe_offset=at + 7],
+            f[unsafe_offset=at + 8],
+            f[unsafe_offset=at + 9],
+            f[unsafe_offset=at + 10],
+            f[unsafe_offset=at + 11],
+            f[unsafe_offset=at + 12],
+        )
+
+    @staticmethod
+    def of_sliding(s: Sliding) -> FrameState:
+        """The state of `s`'s current frame (its deques' fronts as min and max)."""
+        var mn: Float64 = 0.0
+        var mx: Float64 = 0.0
+        if s.need_min and s.qmin_t > s.qmin_h:
+            mn = s.svals[unsafe_offset=Int(s.qmin[unsafe_offset=s.qmin_h])]
+        if s.need_max and s.qmax_t > s.qmax_h:
+            mx = s.svals[unsafe_offset=Int(s.qmax[unsafe_offset=s.qmax_h])]
+        return FrameState(
+            s.count, s.sum, s.sum_c, s.shift, s.shift_set, s.s1, s.s1_c, s.s2, s.s2_c, mn, mx
+        )
+
+    def write(self, frames: Int, at: Int, t_last: Int, low: Int, clip: Int):
+        """Store this state, of the rows with ts in [low, t_last], at words `at`..;
+        `clip`: the time before which the caller drops rows."""
+        var w = i64p(frames)
+        var f = f64p(frames)
+        var flags = F_VALID | (F_SHIFT_SET if self.shift_set else 0)
+        w[unsafe_offset=at] = Int64(flags)
+        w[unsafe_offset=at + 1] = Int64(t_last)
+        w[unsafe_offset=at + 2] = Int64(low)
+        w[unsafe_offset=at + 3] = Int64(self.count)
+        f[unsafe_offset=at + 4] = self.sum
+        f[unsafe_offset=at + 5] = self.sum_c
+        f[unsafe_offset=at + 6] = self.shift
+        f[unsafe_offset=at + 7] = self.s1
+        f[unsafe_offset=at + 8] = self.s1_c
+        f[unsafe_offset=at + 9] = self.s2
+        f[unsafe_offset=at + 10] = self.s2_c
+        f[unsafe_offset=at + 11] = self.min
+        f[unsafe_offset=at + 12] = self.max
+        w[unsafe_offset=at + 13] = Int64(clip)
+
+    @always_inline
+    def add_sums(mut self, s: Sliding, v: Float64):
+        """Value v (not NaN) enters the count, sums and moments."""
+        self.count += 1
+        if s.need_sum:
+            two_sum(self.sum, self.sum_c, v)
+        if s.need_sq:
+            if not self.shift_set:
+                self.shift = v
+                self.shift_set = True
+            var d = v - self.shift
+            two_sum(self.s1, self.s1_c, d)
+            add_square(self.s2, self.s2_c, d, 1.0)
+
+    @always_inline
+    def remove_sums(mut self, s: Sliding, v: Float64):
+        """Value v (not NaN) leaves the count, sums and moments (all reset when the
+        frame empties, as in `Sliding.remove`)."""
+        self.count -= 1
+        if self.count == 0:
+            self.sum = 0.0
+            self.sum_c = 0.0
+            self.s1 = 0.0
+            self.s1_c = 0.0
+            self.s2 = 0.0
+            self.s2_c = 0.0
+            self.shift_set = False
+            return
+        if s.need_sum:
+            two_sum(self.sum, self.sum_c, -v)
+        if s.need_sq:
+            var d = v - self.shift
+            two_sum(self.s1, self.s1_c, -d)
+            add_square(self.s2, self.s2_c, d, -1.0)
+
+    @always_inline
+    def add(mut self, s: Sliding, v: Float64):
+        """Row value v enters (NaN: nothing), as `Sliding.add` updates its aggregates."""
+        if isnan(v):
+            return
+        self.add_sums(s, v)
+        # the newest of equal extremes wins, as in Sliding's deques
+        if self.count == 1 or v <= self.min:
+            self.min = v
+        if self.count == 1 or v >= self.max:
+            self.max = v
+
+    @always_inline
+    def remove(mut self, s: Sliding, v: Float64) -> Bool:
+        """Row value v leaves, as `Sliding.remove` updates its sums; False when it
+        held the frame's min or max while other rows stay (which then is unknown)."""
+        if isnan(v):
+            return True
+        self.remove_sums(s, v)
+        if self.count == 0:
+            return True
+        if s.need_min and v <= self.min:
+            return False
+        if s.need_max and v >= self.max:
+            return False
+        return True
+
+    def emit(self, cols: List[Column], row: Int, mn: Float64, mx: Float64):
+        """Output row `row` of every column, as `Sliding.emit` writes it, with the
+        frame's min `mn` and max `mx`; a row without a value has its validity bit
+        cleared (the row may have been written before)."""
+        for ref c in cols:
+            var has = True
+            var v: Float64 = 0.0
+            if c.agg == A_COUNT:
+                v = Float64(self.count)
+            elif c.agg == A_SUM:
+                has = self.count > 0
+                v = self.sum + self.sum_c
+            elif c.agg == A_MEAN:
+                has = self.count > 0
+                v = (self.sum + self.sum_c) / Float64(self.count) if has else 0.0
+            elif c.agg == A_MIN:
+                has = self.count > 0
+                v = mn if has else 0.0
+            elif c.agg == A_MAX:
+                has = self.count > 0
+                v = mx if has else 0.0
+            else:  # A_STD or A_VAR (the caller resumes no other aggregate)
+                has = self.count > 1
+                if has:
+                    v = sample_variance(self.s1, self.s1_c, self.s2, self.s2_c, self.count)
+                    if c.agg == A_STD:
+                        v = sqrt(v)
+            store(c.data, c.dtype, row, v if has else 0.0)
+            if c.valid != 0:
+                if has:
+                    set_valid(c.valid, row)
+                else:
+                    clear_valid(c.valid, row)
+
+
+@always_inline
+def clear_valid(addr: Int, row: Int):
+    var p = U8P(unsafe_from_address=addr)
+    p[unsafe_offset=row >> 3] = p[unsafe_offset=row >> 3] & ~(UInt8(1) << UInt8(row & 7))
+
+
+def clear_rows(cols: List[Column], qout: I64P, q0: Int, q1: Int):
+    """Clear the validity bits of output rows qout[q0:q1] in every column."""
+    for ref c in cols:
+        if c.valid != 0:
+            for q in range(q0, q1):
+                clear_valid(c.valid, Int(qout[unsafe_offset=q]))
+
+
+def resumable(cols: List[Column]) -> Bool:
+    """Whether a frame state answers every column (count, sum, mean, min, max, std, var)."""
+    for ref c in cols:
+        if not (
+            c.agg == A_COUNT
+            or c.agg == A_SUM
+            or c.agg == A_MEAN
+            or c.agg == A_MIN
+            or c.agg == A_MAX
+            or c.agg == A_STD
+            or c.agg == A_VAR
+        ):
+            return False
+    return True
+
+
+struct Extremes:
+    """The min and max of a resumed frame: of the state's rows still in it (values;
+    lost once a row holding one of them leaves while others stay) and of the rows
+    added since (deques of scratch positions, as in `Sliding`)."""
+
+    var old_left: Int
+    var min_lost: Bool
+    var max_lost: Bool
+    var need_min: Bool
+    var need_max: Bool
+    var qmin: I64P
+    var qmin_h: Int
+    var qmin_t: Int
+    var qmax: I64P
+    var qmax_h: Int
+    var qmax_t: Int
+
+    def __init__(out self, old_rows: Int, s: Sliding):
+        """`old_rows`: the state's rows (not NaN); the deques use `s`'s buffers."""
+        self.old_left = old_rows
+        self.min_lost = False
+        self.max_lost = False
+        self.need_min = s.need_min
+        self.need_max = s.need_max
+        self.qmin = s.qmin
+        self.qmin_h = 0
+        self.qmin_t = 0
+        self.qmax = s.qmax
+        self.qmax_h = 0
+        self.qmax_t = 0
+
+    @always_inline
+    def add(mut self, mv: F64P, p: Int, v: Float64):
+        """Scratch row p (value v, not NaN) enters."""
+        if self.need_min:
+            self.add_min(mv, p, v)
+        if self.need_max:
+            self.add_max(mv, p, v)
+
+    @always_inline
+    def add_min(mut self, mv: F64P, p: Int, v: Float64):
+        while (
+            self.qmin_t > self.qmin_h
+            and mv[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_t - 1])] >= v
+        ):
+            self.qmin_t -= 1
+        self.qmin[unsafe_offset=self.qmin_t] = Int64(p)
+        self.qmin_t += 1
+
+    @always_inline
+    def add_max(mut self, mv: F64P, p: Int, v: Float64):
+        while (
+            self.qmax_t > self.qmax_h
+            and mv[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_t - 1])] <= v
+        ):
+            self.qmax_t -= 1
+        self.qmax[unsafe_offset=self.qmax_t] = Int64(p)
+        self.qmax_t += 1
+
+    @always_inline
+    def old_leaves(mut self, st: FrameState, v: Float64):
+        """One of the state's rows (value v, not NaN) leaves."""
+        self.old_left -= 1
+        if v <= st.min:
+            self.min_lost = True
+        if v >= st.max:
+            self.max_lost = True
+
+    @always_inline
+    def drop_before(mut self, lo: Int):
+        """Forget the added rows before scratch position lo (they left)."""
+        while self.qmin_h < self.qmin_t and Int(self.qmin[unsafe_offset=self.qmin_h]) < lo:
+            self.qmin_h += 1
+        while self.qmax_h < self.qmax_t and Int(self.qmax[unsafe_offset=self.qmax_h]) < lo:
+            self.qmax_h += 1
+
+    @always_inline
+    def known(self, s: Sliding) -> Bool:
+        """Whether the frame's min and max (those `s` needs) are known."""
+        if self.old_left == 0:
+            return True
+        return not ((s.need_min and self.min_lost) or (s.need_max and self.max_lost))
+
+    @always_inline
+    def min(self, st: FrameState, mv: F64P) -> Float64:
+        """The frame's min (`known`; count > 0): the newest of equal values wins."""
+        if self.qmin_t > self.qmin_h:
+            var v = mv[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_h])]
+            if self.old_left == 0 or v <= st.min:
+                return v
+        return st.min
+
+    @always_inline
+    def max(self, st: FrameState, mv: F64P) -> Float64:
+        if self.qmax_t > self.qmax_h:
+            var v = mv[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_h])]
+            if self.old_left == 0 or v >= st.max:
+                return v
+        return st.max
+
+
+def resume_window(
+    s: Sliding,
+    mts: I64P,
+    mv: F64P,
+    n_leaving: Int,
+    n: Int,
+    mut st: FrameState,
+    qts: I64P,
+    qout: I64P,
+    q0: Int,
+    q1: Int,
+    width: Int,
+    hop: Int,
+    keep_from: Int,
+) -> Bool:
+    """Resume one window's frame state over a key's queries q0..q1 (sorted by t).
+
+    Args:
+        s: the window's `Sliding` (which aggregates; its columns get the outputs; its
+            deque buffers hold the added rows' extremes).
+        mts, mv: merged rows: [0, n_leaving) the state's rows that leave by
+            `keep_from`, then [n_leaving, n) the rows after its t_last up to the
+            last query, in ts order.
+        st: the state; on return (True) the clipped final frame's, to be written.
+        keep_from: where the final frame is clipped (ns): max(its low end, clip).
+    Returns:
+        False when a min or max is unknown where it is needed (a row holding the
+        state's left while others of the state stay): the outputs of q0..q1 written
+        so far are then to be written again by the walk.
+    """
+    var ex = Extremes(st.count, s)
+    var lo = 0
+    var hi = n_leaving
+    for q in range(q0, q1):
+        var t = Int(qts[unsafe_offset=q])
+        var lower = frame_lower(t, width, hop)
+        while hi < n and Int(mts[unsafe_offset=hi]) <= t:
+            var v = mv[unsafe_offset=hi]
+            if not isnan(v):
+                st.add_sums(s, v)
+                ex.add(mv, hi, v)
+            hi += 1
+        while lo < hi and Int(mts[unsafe_offset=lo]) < lower:
+            var v = mv[unsafe_offset=lo]
+            if not isnan(v):
+                st.remove_sums(s, v)
+                if lo < n_leaving:
+                    ex.old_leaves(st, v)
+            lo += 1
+        ex.drop_before(lo)
+        if st.count > 0 and not ex.known(s):
+            return False
+        st.emit(s.cols, Int(qout[unsafe_offset=q]), ex.min(st, mv), ex.max(st, mv))
+    while lo < hi and Int(mts[unsafe_offset=lo]) < keep_from:
+        var v = mv[unsafe_offset=lo]
+        if not isnan(v):
+            st.remove_sums(s, v)
+            if lo < n_leaving:
+                ex.old_leaves(st, v)
+        lo += 1
+    ex.drop_before(lo)
+    if st.count > 0:
+        if not ex.known(s):
+            return False
+        var mn = ex.min(st, mv)
+        var mx = ex.max(st, mv)
+        st.min = mn
+        st.max = mx
+    return True
