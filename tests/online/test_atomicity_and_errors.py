@@ -62,6 +62,37 @@ def test_sqlite_failure_mid_batch_writes_nothing(tmp_path: Path) -> None:
     assert sqlite_rows(store) == before
 
 
+@pytest.mark.parametrize("poisoned", [0, 37, 199])  # entities of different blocks
+def test_sqlite_failure_in_any_pipelined_block_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, poisoned: int
+) -> None:
+    """Blocks are built on this thread while the store's thread executes the ones before:
+    a failure in whichever block rolls the one transaction back, and the write stops."""
+    import featureflow.online.sqlite as sqlite_writer
+
+    monkeypatch.setattr(sqlite_writer, "_FIRST_STATEMENT", 3)
+    monkeypatch.setattr(sqlite_writer, "_ENTITIES_PER_STATEMENT", 16)  # 14 blocks
+    store = sqlite_store(tmp_path, features=FEATURES)
+    write(store, VIEW, _table(range(200), 1_000, 1.0))
+    before = sqlite_rows(store)
+    with sqlite3.connect(sqlite_path(store)) as conn:
+        conn.execute(
+            f"CREATE TRIGGER boom BEFORE UPDATE ON {PROJECT}_{VIEW} "
+            "WHEN NEW.value_text = '2.5' BEGIN SELECT RAISE(ABORT, 'injected'); END"
+        )
+    batch = _table(range(200), 2_000, 2.0)
+    amounts = batch.column("amount").to_pylist()
+    amounts[poisoned] = 2.5
+    batch = batch.set_column(2, "amount", pa.array(amounts))
+    with pytest.raises(OnlineStoreError, match=r"nothing written.*injected"):
+        write(store, VIEW, batch)
+    assert sqlite_rows(store) == before
+    with sqlite3.connect(sqlite_path(store)) as conn:
+        conn.execute("DROP TRIGGER boom")
+    stats = write(store, VIEW, batch)  # the store is usable again: no lock left behind
+    assert (stats.written, stats.skipped) == (200, 0)
+
+
 def test_redis_failure_mid_batch_leaves_each_entity_old_or_new(tmp_path: Path,
                                                                redis_url: str) -> None:
     store = redis_store(tmp_path, redis_url, features=FEATURES)
