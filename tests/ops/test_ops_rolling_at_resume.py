@@ -179,3 +179,21 @@ def test_frame_states_merge_by_key() -> None:
     assert both.words[:, 0, 0].tolist() == [0, 100, 103]
     picked = both.for_keys(np.array([2, 3]))
     assert picked[:, 0, 0].tolist() == [0, 100]  # no state for 2: zeros
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    old=st.sets(st.integers(-50, 50), max_size=20),
+    new=st.sets(st.integers(-50, 50), max_size=20),
+)
+def test_updated_by_is_a_merge_by_key_where_the_newer_wins(old: set[int], new: set[int]) -> None:
+    def states(keys: set[int], tag: int) -> ops.FrameStates:
+        ordered = np.array(sorted(keys), dtype=np.int64)
+        words = np.stack([ordered * 10 + tag, ordered], axis=1).reshape(len(ordered), 1, 2)
+        return ops.FrameStates(ordered, words, ())
+
+    both = states(old, 1).updated_by(states(new, 2))
+    assert both.keys.tolist() == sorted(old | new)
+    expected = [k * 10 + (2 if k in new else 1) for k in sorted(old | new)]
+    assert both.words[:, 0, 0].tolist() == expected
+    assert both.words[:, 0, 1].tolist() == sorted(old | new)

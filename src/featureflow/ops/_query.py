@@ -79,11 +79,18 @@ class FrameStates:
         """These states with ``newer``'s keys replaced or added (newer wins)."""
         if not len(self.keys):
             return newer
-        stays = ~np.isin(self.keys, newer.keys, assume_unique=True)
-        keys = np.concatenate([self.keys[stays], newer.keys])
-        order = np.argsort(keys, kind="stable")
-        words = np.concatenate([self.words[stays], newer.words])[order]
-        return FrameStates(keys[order], words, newer.signature)
+        # both key arrays are sorted: membership and the merge by binary search
+        at = np.minimum(np.searchsorted(newer.keys, self.keys), max(len(newer.keys) - 1, 0))
+        stays = newer.keys[at] != self.keys if len(newer.keys) else np.ones(len(self.keys), bool)
+        kept = self.keys[stays]
+        placed = np.searchsorted(kept, newer.keys) + np.arange(len(newer.keys))
+        rest = np.ones(len(kept) + len(newer.keys), dtype=bool)
+        rest[placed] = False
+        keys = np.empty(len(rest), dtype=np.int64)
+        keys[placed], keys[rest] = newer.keys, kept
+        words = np.empty((len(rest), *newer.words.shape[1:]), dtype=np.int64)
+        words[placed], words[rest] = newer.words, self.words[stays]
+        return FrameStates(keys, words, newer.signature)
 
 
 @dataclass(frozen=True)
