@@ -575,9 +575,14 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     if {"window", "feast", "floor"} - skip:
         from featureflow.spark.session import build_session
 
+        # Feast's processor collects each micro-batch to pandas on the driver: at 1 M
+        # records a trigger the default 1 GiB heap runs out (bench/results/stream_10m.md)
         spark = build_session(
             "bench-stream-peers", master="local[2]",
-            extra_conf={"spark.sql.streaming.numRecentProgressUpdates": "100000"},
+            extra_conf={
+                "spark.sql.streaming.numRecentProgressUpdates": "100000",
+                "spark.driver.memory": os.environ.get("BENCH_PEERS_DRIVER_MEMORY", "6g"),
+            },
         )  # fmt: skip
         if "window" not in skip:
             window_repo = private_repo(root, "repo-window", topic)
