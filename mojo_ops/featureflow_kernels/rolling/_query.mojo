@@ -39,6 +39,7 @@ from featureflow_kernels.rolling._resume import (
     clear_rows,
     resumable,
     resume_window,
+    write_sliding_deques,
 )
 
 
@@ -200,6 +201,7 @@ def resume(
     var t_last = FrameState.t_last(fin, fat)
     var low = FrameState.low(fin, fat)
     var st = FrameState.load(fin, fat)
+    var deques = fin  # the state's deque entries, while they describe its rows
     var t0 = t_last
     var lower0 = low
     var first_new = runs.first_ts(g, c.new_run) if c.new_run >= 0 else Int(Int64.MAX)
@@ -208,6 +210,7 @@ def resume(
         if c.new_run < 0:
             return False
         t0 = min(first_q, first_new) - 1
+        deques = 0
         lower0 = frame_lower(t0, width, c.hop)
         if lower0 < FrameState.clip(fin, fat):
             return False  # rows before the state's clip may have left the runs
@@ -230,8 +233,9 @@ def resume(
     var n_leaving = runs.merge(g, lower0, min(keep_from, t0 + 1) - 1, mts, mv, 0, c.capacity)
     var n = runs.merge(g, t0 + 1, last_t, mts, mv, n_leaving, c.capacity)
     if not resume_window(
-        s, mts, mv, n_leaving, n, st, c.qts, c.qout, q0, q1, width, c.hop, keep_from
-    ):
+        s, mts, mv, n_leaving, n, st, c.qts, c.qout, q0, q1, width, c.hop, keep_from,
+        deques, fat, fout,
+    ):  # fmt: skip
         return False
     if fout != 0:
         st.write(fout, fat, last_t, keep_from, c.clip)
@@ -328,4 +332,5 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
                 slides[w].move_to(first_at_or_after(mts, lo, hi, keep_from), hi)
                 var fat = (g * c.nwin + w) * FRAME_WORDS
                 FrameState.of_sliding(slides[w]).write(fout, fat, last_t, keep_from, c.clip)
+                write_sliding_deques(slides[w], mts, fout, fat)
     return c.nq

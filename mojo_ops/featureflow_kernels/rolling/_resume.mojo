@@ -53,8 +53,13 @@ from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
 from featureflow_kernels.rolling._frames import frame_lower
 
 
-comptime FRAME_WORDS = 14
-"""Words of one (key, window) frame state; `FrameState` names them."""
+comptime DEQUE_KEEP = 3
+"""Entries of each of the frame's min and max deques a state keeps (`OldDeque`)."""
+comptime F_DEQUES = 14
+"""Word of the deques' entry counts (bits 0-7 min, 8-15 max) and truncation flags
+(bit 16 min, bit 17 max); the entries follow, (ts, value bits) pairs, min first."""
+comptime FRAME_WORDS = F_DEQUES + 1 + 4 * DEQUE_KEEP
+"""Words of one (key, window) frame state; `FrameState` and `OldDeque` name them."""
 comptime F_VALID = 1
 comptime F_SHIFT_SET = 2
 
@@ -278,6 +283,93 @@ def resumable(cols: List[Column]) -> Bool:
     return True
 
 
+struct OldDeque(Copyable, Movable):
+    """The first `DEQUE_KEEP` entries of the min (or max) deque of a state's rows, as a
+    frame state keeps them: each entry the row (ts, value) that is the min of every
+    row of the state at or after it (the newest of equal values), so the entries'
+    times and values increase (decrease for max); `trunc`: the deque has more.
+
+    While a state resumes, `head` entries have left the frame, and the rows added
+    since pop the entries from `alive` on (a newer value at or below theirs)."""
+
+    var frames: Int
+    var at: Int
+    var n: Int
+    var trunc: Bool
+    var is_max: Bool
+    var head: Int
+    var alive: Int
+    var seen: Bool
+    var best_added: Float64
+
+    def __init__(out self, frames: Int, at: Int, is_max: Bool):
+        """The deque of the state at words `at`.. (frames 0: none known)."""
+        self.frames = frames
+        self.at = at
+        self.is_max = is_max
+        self.n = 0
+        self.trunc = True
+        if frames != 0:
+            var word = Int(i64p(frames)[unsafe_offset=at + F_DEQUES])
+            self.n = (word >> 8) & 0xFF if is_max else word & 0xFF
+            self.trunc = ((word >> (17 if is_max else 16)) & 1) != 0
+        self.head = 0
+        self.alive = self.n
+        self.seen = False
+        self.best_added = 0.0
+
+    @always_inline
+    def _first(self) -> Int:
+        return self.at + F_DEQUES + 1 + (2 * DEQUE_KEEP if self.is_max else 0)
+
+    @always_inline
+    def ts(self, i: Int) -> Int:
+        return Int(i64p(self.frames)[unsafe_offset=self._first() + 2 * i])
+
+    @always_inline
+    def value(self, i: Int) -> Float64:
+        return f64p(self.frames)[unsafe_offset=self._first() + 2 * i + 1]
+
+    @always_inline
+    def _better(self, a: Float64, b: Float64) -> Bool:
+        """a is kept ahead of a newer b: strictly lower (min) or higher (max)."""
+        return a > b if self.is_max else a < b
+
+    @always_inline
+    def added(mut self, v: Float64):
+        """A newer row of value v (not NaN) entered: it pops the entries it beats."""
+        if not self.seen or not self._better(self.best_added, v):
+            self.best_added = v
+            self.seen = True
+        while self.alive > self.head and not self._better(self.value(self.alive - 1), v):
+            self.alive -= 1
+
+    @always_inline
+    def expire(mut self, lower: Int):
+        """The rows before `lower` (ns) left the frame."""
+        while self.head < self.n and self.ts(self.head) < lower:
+            self.head += 1
+        self.alive = max(self.alive, self.head)
+
+    @always_inline
+    def known(self) -> Bool:
+        """Whether the frame's extreme follows from the entries: an old entry is left,
+        or every old row left is behind a newer row that beats it."""
+        if self.head < self.alive:
+            return True
+        if not self.trunc:
+            return True
+        # the unknown entries beat the last kept one: a newer row beating that pops them
+        return (
+            self.n > 0 and self.seen and not self._better(self.value(self.n - 1), self.best_added)
+        )
+
+    @always_inline
+    def front(self) -> Float64:
+        """The oldest entry left (`head < alive`)."""
+        return self.value(self.head)
+
+
 struct Extremes:
     """The min and max of a resumed frame: of the state's rows still in it (values;
     lost once a row holding one of them leaves while others stay) and of the rows
@@ -295,8 +387,14 @@ struct Extremes:
     var qmax_h: Int
     var qmax_t: Int
 
-    def __init__(out self, old_rows: Int, s: Sliding):
-        """`old_rows`: the state's rows (not NaN); the deques use `s`'s buffers."""
+    var old_min: OldDeque
+    var old_max: OldDeque
+
+    def __init__(out self, old_rows: Int, s: Sliding, frames: Int, at: Int):
+        """`old_rows`: the state's rows (not NaN); their deques' entries are at words
+        `at`.. of `frames` (0: not known); the added rows' deques use `s`'s buffers."""
+        self.old_min = OldDeque(frames, at, False)
+        self.old_max = OldDeque(frames, at, True)
         self.old_left = old_rows
         self.min_lost = False
         self.max_lost = False
@@ -314,8 +412,10 @@ struct Extremes:
         """Scratch row p (value v, not NaN) enters."""
         if self.need_min:
             self.add_min(mv, p, v)
+            self.old_min.added(v)
         if self.need_max:
             self.add_max(mv, p, v)
+            self.old_max.added(v)
 
     @always_inline
     def add_min(mut self, mv: F64P, p: Int, v: Float64):
@@ -347,6 +447,12 @@ struct Extremes:
             self.max_lost = True
 
     @always_inline
+    def expire(mut self, lower: Int):
+        """The state's rows before `lower` (ns) left the frame."""
+        self.old_min.expire(lower)
+        self.old_max.expire(lower)
+
+    @always_inline
     def drop_before(mut self, lo: Int):
         """Forget the added rows before scratch position lo (they left)."""
         while self.qmin_h < self.qmin_t and Int(self.qmin[unsafe_offset=self.qmin_h]) < lo:
@@ -359,11 +465,19 @@ struct Extremes:
         """Whether the frame's min and max (those `s` needs) are known."""
         if self.old_left == 0:
             return True
-        return not ((s.need_min and self.min_lost) or (s.need_max and self.max_lost))
+        var min_known = not self.min_lost or self.old_min.known()
+        var max_known = not self.max_lost or self.old_max.known()
+        return not ((s.need_min and not min_known) or (s.need_max and not max_known))
 
     @always_inline
     def min(self, st: FrameState, mv: F64P) -> Float64:
         """The frame's min (`known`; count > 0): the newest of equal values wins."""
+        if not self.need_min:
+            return 0.0
+        if self.old_left > 0 and self.min_lost:  # from the deque entries
+            if self.old_min.head < self.old_min.alive:
+                return self.old_min.front()
+            return mv[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_h])]
         if self.qmin_t > self.qmin_h:
             var v = mv[unsafe_offset=Int(self.qmin[unsafe_offset=self.qmin_h])]
             if self.old_left == 0 or v <= st.min:
@@ -372,6 +486,12 @@ struct Extremes:
 
     @always_inline
     def max(self, st: FrameState, mv: F64P) -> Float64:
+        if not self.need_max:
+            return 0.0
+        if self.old_left > 0 and self.max_lost:
+            if self.old_max.head < self.old_max.alive:
+                return self.old_max.front()
+            return mv[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_h])]
         if self.qmax_t > self.qmax_h:
             var v = mv[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_h])]
             if self.old_left == 0 or v >= st.max:
@@ -393,6 +513,9 @@ def resume_window(
     width: Int,
     hop: Int,
     keep_from: Int,
+    deques: Int,
+    fat: Int,
+    fout: Int,
 ) -> Bool:
     """Resume one window's frame state over a key's queries q0..q1 (sorted by t).
 
@@ -404,12 +527,14 @@ def resume_window(
             last query, in ts order.
         st: the state; on return (True) the clipped final frame's, to be written.
         keep_from: where the final frame is clipped (ns): max(its low end, clip).
+        deques: the states holding the state's deque entries at words `fat`.. (0: they
+            do not describe its rows); fout: where the final deques go (0: nowhere).
     Returns:
         False when a min or max is unknown where it is needed (a row holding the
         state's left while others of the state stay): the outputs of q0..q1 written
         so far are then to be written again by the walk.
     """
-    var ex = Extremes(st.count, s)
+    var ex = Extremes(st.count, s, deques, fat)
     var lo = 0
     var hi = n_leaving
     for q in range(q0, q1):
@@ -428,6 +553,7 @@ def resume_window(
                 if lo < n_leaving:
                     ex.old_leaves(st, v)
             lo += 1
+        ex.expire(lower)
         ex.drop_before(lo)
         if st.count > 0 and not ex.known(s):
             return False
@@ -439,6 +565,7 @@ def resume_window(
             if lo < n_leaving:
                 ex.old_leaves(st, v)
         lo += 1
+    ex.expire(keep_from)
     ex.drop_before(lo)
     if st.count > 0:
         if not ex.known(s):
@@ -447,4 +574,77 @@ def resume_window(
         var mx = ex.max(st, mv)
         st.min = mn
         st.max = mx
+    if fout != 0:
+        var n_min = 0
+        var t_min = True
+        var n_max = 0
+        var t_max = True
+        if s.need_min:
+            (n_min, t_min) = write_entries(
+                fout, fat, False, ex.old_min, ex.old_left, ex.qmin, ex.qmin_h, ex.qmin_t, mts, mv
+            )
+        if s.need_max:
+            (n_max, t_max) = write_entries(
+                fout, fat, True, ex.old_max, ex.old_left, ex.qmax, ex.qmax_h, ex.qmax_t, mts, mv
+            )
+        write_counts(fout, fat, n_min, t_min, n_max, t_max)
     return True
+
+
+def write_counts(frames: Int, at: Int, n_min: Int, t_min: Bool, n_max: Int, t_max: Bool):
+    var word = n_min | (n_max << 8) | ((1 << 16) if t_min else 0) | ((1 << 17) if t_max else 0)
+    i64p(frames)[unsafe_offset=at + F_DEQUES] = Int64(word)
+
+
+def put_entry(frames: Int, at: Int, is_max: Bool, i: Int, ts: Int, v: Float64):
+    var first = at + F_DEQUES + 1 + (2 * DEQUE_KEEP if is_max else 0)
+    i64p(frames)[unsafe_offset=first + 2 * i] = Int64(ts)
+    f64p(frames)[unsafe_offset=first + 2 * i + 1] = v
+
+
+def write_entries(
+    frames: Int, at: Int, is_max: Bool, old: OldDeque, old_left: Int, q: I64P, qh: Int,
+    qt: Int, mts: I64P, mv: F64P,
+) -> Tuple[Int, Bool]:  # fmt: skip
+    """The final frame's deque, first `DEQUE_KEEP` entries: the state's entries still
+    in it, then (unless unknown ones of the state's may follow them) the added rows'
+    deque (scratch positions q[qh:qt]). Returns (entries written, more exist)."""
+    var n = 0
+    if old_left > 0:
+        for i in range(old.head, old.alive):
+            if n == DEQUE_KEEP:
+                return (n, True)
+            put_entry(frames, at, is_max, n, old.ts(i), old.value(i))
+            n += 1
+        if old.trunc and not (
+            old.n > 0 and old.seen and not old._better(old.value(old.n - 1), old.best_added)
+        ):
+            return (n, True)  # the state's unknown entries may still be in the frame
+    for k in range(qh, qt):
+        if n == DEQUE_KEEP:
+            return (n, True)
+        var p = Int(q[unsafe_offset=k])
+        put_entry(frames, at, is_max, n, Int(mts[unsafe_offset=p]), mv[unsafe_offset=p])
+        n += 1
+    return (n, False)
+
+
+def write_sliding_deques(s: Sliding, mts: I64P, frames: Int, at: Int):
+    """The deques of a walked frame (`Sliding`'s), first `DEQUE_KEEP` entries each."""
+    var n_min = 0
+    var n_max = 0
+    for k in range(s.qmin_h, s.qmin_t if s.need_min else s.qmin_h):
+        if n_min == DEQUE_KEEP:
+            break
+        var p = Int(s.qmin[unsafe_offset=k])
+        put_entry(frames, at, False, n_min, Int(mts[unsafe_offset=p]), s.svals[unsafe_offset=p])
+        n_min += 1
+    for k in range(s.qmax_h, s.qmax_t if s.need_max else s.qmax_h):
+        if n_max == DEQUE_KEEP:
+            break
+        var p = Int(s.qmax[unsafe_offset=k])
+        put_entry(frames, at, True, n_max, Int(mts[unsafe_offset=p]), s.svals[unsafe_offset=p])
+        n_max += 1
+    var t_min = not s.need_min or s.qmin_t - s.qmin_h > n_min
+    var t_max = not s.need_max or s.qmax_t - s.qmax_h > n_max
+    write_counts(frames, at, n_min, t_min, n_max, t_max)
