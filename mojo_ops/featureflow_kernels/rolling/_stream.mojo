@@ -20,6 +20,7 @@ from std.math import sqrt
 from featureflow_kernels.abi import A_STD, A_VAR, Column, F64P, I32P, I64P, f64p, i64p
 from featureflow_kernels.buffers import put, store_bits
 from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.agg.deletable import MomentsState
 from featureflow_kernels.agg.outputs import Outs
 from featureflow_kernels.rolling._frames import first_at_or_after, frame_lower
 
@@ -28,6 +29,65 @@ comptime REC = 8  # int64 words per key in the main state record
 # main record words: 0 count, 1 sum, 2 sum compensation, 3 (min front, min back),
 # 4 (max front, max back), 5 (first, last) as int32 pairs (-1: none)
 comptime SQ = 8  # float64 words per key for var/std: s1, s1c, s2, s2c, shift, shift set
+
+
+@fieldwise_init
+struct SqKey(MomentsState):
+    """A key's `SQ` float64 words for var/std at `k` (a multiple of SQ) of `sq`
+    (`_stream`, `_region`): the contract's shifted moments (`MomentsState`)."""
+
+    var sq: F64P
+    var k: Int
+
+    comptime S1 = 0
+    comptime S1_C = 1
+    comptime S2 = 2
+    comptime S2_C = 3
+    comptime SHIFT = 4
+    comptime SHIFT_SET = 5  # 1.0 once the shift is set, else 0.0
+    # words 6, 7: unused (0)
+
+    @always_inline
+    def s1(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S1]
+
+    @always_inline
+    def s1_c(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S1_C]
+
+    @always_inline
+    def s2(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S2]
+
+    @always_inline
+    def s2_c(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S2_C]
+
+    @always_inline
+    def set_sums(mut self, s1: Float64, s1_c: Float64, s2: Float64, s2_c: Float64):
+        self.sq[unsafe_offset=self.k + Self.S1] = s1
+        self.sq[unsafe_offset=self.k + Self.S1_C] = s1_c
+        self.sq[unsafe_offset=self.k + Self.S2] = s2
+        self.sq[unsafe_offset=self.k + Self.S2_C] = s2_c
+
+    @always_inline
+    def shift_set(self) -> Bool:
+        return self.sq[unsafe_offset=self.k + Self.SHIFT_SET] != 0.0
+
+    @always_inline
+    def shift(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.SHIFT]
+
+    @always_inline
+    def set_shift(mut self, v: Float64):
+        self.sq[unsafe_offset=self.k + Self.SHIFT] = v
+        self.sq[unsafe_offset=self.k + Self.SHIFT_SET] = 1.0
+
+    @always_inline
+    def clear(mut self):
+        """All `SQ` words 0: the sums exactly 0, the shift unset."""
+        for j in range(SQ):
+            self.sq[unsafe_offset=self.k + j] = 0.0
 
 
 def stream_scratch_bytes(n: Int, ngroups: Int) -> Int:
