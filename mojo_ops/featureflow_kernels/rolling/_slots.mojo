@@ -11,7 +11,54 @@ from featureflow_kernels.agg.sums import two_sum
 from featureflow_kernels.rolling._frames import frame_lower
 
 
-comptime WREC = 4  # float64 words per bucketed result: count, sum, min, max
+comptime WREC = 4  # float64 words per bucketed result (`WRec`)
+
+
+@fieldwise_init
+struct WRec(TrivialRegisterPassable):
+    """One row's bucketed result: `WREC` float64 words from `p` (phase 2 writes
+    them in bucket order, phase 3 reads them in input order)."""
+
+    var p: F64P
+
+    comptime COUNT = 0  # the frame's non-null rows, as float64
+    comptime SUM = 1  # the sum's value (0.0 when empty)
+    comptime MIN = 2  # 0.0 when empty
+    comptime MAX = 3
+
+    @always_inline
+    def count(self) -> Float64:
+        return self.p[unsafe_offset=Self.COUNT]
+
+    @always_inline
+    def sum(self) -> Float64:
+        return self.p[unsafe_offset=Self.SUM]
+
+    @always_inline
+    def min(self) -> Float64:
+        return self.p[unsafe_offset=Self.MIN]
+
+    @always_inline
+    def max(self) -> Float64:
+        return self.p[unsafe_offset=Self.MAX]
+
+    @always_inline
+    def write(self, count: Float64, sum: Float64, min: Float64, max: Float64):
+        self.p[unsafe_offset=Self.COUNT] = count
+        self.p[unsafe_offset=Self.SUM] = sum
+        self.p[unsafe_offset=Self.MIN] = min
+        self.p[unsafe_offset=Self.MAX] = max
+
+
+@fieldwise_init
+struct WRecs(TrivialRegisterPassable):
+    """The results of a run of rows: row q's `WRec` at WREC * q from `base`."""
+
+    var base: F64P
+
+    @always_inline
+    def row(self, q: Int) -> WRec:
+        return WRec(self.base.unsafe_offset(WREC * q))
 
 
 comptime SLOTS = 8  # a key's most recent non-null rows kept inline by `slot_window`
