@@ -193,11 +193,11 @@ def bucket_windows(
             var done: Bool
             if minmax:
                 done = slot_window[True](
-                    bts, bv, bcodes, glocal, m, width, hop, slots, links, recs.base, budget
+                    bts, bv, bcodes, glocal, m, width, hop, slots, links, recs, budget
                 )
             else:
                 done = slot_window[False](
-                    bts, bv, bcodes, glocal, m, width, hop, slots, links, recs.base, budget
+                    bts, bv, bcodes, glocal, m, width, hop, slots, links, recs, budget
                 )
             if done:
                 continue
