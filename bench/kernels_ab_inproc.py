@@ -101,6 +101,9 @@ def tasks(n: int, keys: int) -> dict[str, Callable[[], object]]:
         "bucketed": forced(lambda: ops.rolling(ts, v, "1h", AGGS5, keys=k), span=0, walk=0),
         "slots": forced(lambda: ops.rolling(ts, v, "1h", AGGS5, keys=k), span=0, walk=16),
         "rolling_grouped": forced(lambda: ops.rolling(ts_s, v_s, "1h", AGGS9, keys=k_s)),
+        "rolling_grouped_3w": forced(
+            lambda: ops.rolling(ts_s, v_s, ["10m", "1h", "1d"], AGGS9, keys=k_s)
+        ),
     }
 
 
