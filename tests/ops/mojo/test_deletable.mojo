@@ -22,6 +22,9 @@ from featureflow_kernels.agg.deletable import (
 from featureflow_kernels.agg.outputs import Outs
 from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
 from featureflow_kernels.rolling._inorder import ISTATE, InorderKey, InorderKeys
+from featureflow_kernels.rolling._region import KREC, RegionKey, RegionKeys
+from featureflow_kernels.rolling._slots import SLOTS, SLOT_WORDS, SlotKey, WRec, WRecs
+from featureflow_kernels.rolling._stream import REC, SQ, SqKey, StreamKey, StreamKeys
 
 
 def _values() -> List[Float64]:
@@ -147,9 +150,71 @@ def test_inorder_key_names_the_words() raises:
     _ = len(words) + len(out) + len(cnt)  # the words outlive the views
 
 
+def test_stream_and_region_keys_name_the_words() raises:
+    var words = List[Int64](length=2 * REC + 2 * SQ, fill=0)
+    var base = Int(words.unsafe_ptr())
+    var sq = f64p(base + 8 * 2 * REC)
+    var keys = StreamKeys(i64p(base), f64p(base), I32P(unsafe_from_address=base), sq)
+    var ks = keys.key(1)
+    ks.clear_links()
+    for w in range(StreamKey.LINKS, StreamKey.LINKS + 3):
+        assert_equal(Int(words[REC + w]), -1)  # both int32 halves -1
+    ks.set_link(StreamKey.LAST, 4)
+    assert_equal(Int(I32P(unsafe_from_address=base)[unsafe_offset=2 * REC + StreamKey.LAST]), 4)
+    sum_add[True](ks, 1.5)
+    assert_equal(Int(words[REC + StreamKey.COUNT]), 1)
+    assert_equal(f64p(base)[unsafe_offset=REC + StreamKey.SUM], 1.5)
+    var m = keys.moments(1)
+    moments_add(m, 10.0)
+    moments_add(m, 12.0)
+    assert_equal(sq[unsafe_offset=SQ + SqKey.SHIFT], 10.0)
+    assert_equal(sq[unsafe_offset=SQ + SqKey.SHIFT_SET], 1.0)
+    assert_equal(sq[unsafe_offset=SQ + SqKey.S1], 2.0)
+    assert_equal(sq[unsafe_offset=SQ + SqKey.S2], 4.0)
+    m.clear()
+    for w in range(SQ):
+        assert_equal(sq[unsafe_offset=SQ + w], 0.0)
+    for w in range(REC):  # key 0 untouched
+        assert_equal(Int(words[w]), 0)
+    var rw = List[Int64](length=2 * KREC, fill=0)
+    var rb = Int(rw.unsafe_ptr())
+    var rkeys = RegionKeys(i64p(rb), I32P(unsafe_from_address=rb), f64p(rb), sq)
+    rkeys.count_slot(1)
+    rkeys.count_slot(1)
+    assert_equal(rkeys.slots_counted(1), 2)
+    rkeys.key(1).open(7)
+    var rk = rkeys.key(1)
+    assert_equal(rk.hi(), 7)
+    assert_equal(rk.lo(), 7)
+    assert_equal(Int(rk.count()), 0)
+    assert_equal(rk.word(RegionKey.MAX_TAIL), 7)
+    assert_equal(rk.word(RegionKey.LAST), -1)
+    _ = len(words) + len(rw)  # the words outlive the views
+
+
+def test_slot_key_and_results_name_the_words() raises:
+    var words = List[Int32](length=SLOT_WORDS, fill=0)
+    var ks = SlotKey(I32P(unsafe_from_address=Int(words.unsafe_ptr())))
+    ks.set_head(3)
+    ks.set_rows(SIMD[DType.int32, SLOTS](1, 2, 3, 0, 0, 0, 0, 0))
+    assert_equal(Int(words[SlotKey.HEAD]), 3)
+    assert_equal(Int(ks.row(2)), 3)
+    assert_equal(Int(words[SlotKey.ROWS + 1]), 2)
+    var out = List[Float64](length=8, fill=0.0)
+    var recs = WRecs(f64p(Int(out.unsafe_ptr())))
+    recs.row(1).write(2.0, 3.5, -1.0, 4.0)
+    assert_equal(out[4 + WRec.COUNT], 2.0)
+    assert_equal(out[4 + WRec.SUM], 3.5)
+    assert_equal(recs.row(1).min(), -1.0)
+    assert_equal(recs.row(1).max(), 4.0)
+    _ = len(words) + len(out)
+
+
 def main() raises:
     test_sums_add_and_remove_are_the_written_out_updates()
     test_remove_or_clear_restarts_exactly()
     test_moments_are_the_written_out_updates()
     test_inorder_key_names_the_words()
+    test_stream_and_region_keys_name_the_words()
+    test_slot_key_and_results_name_the_words()
     print("ok")
