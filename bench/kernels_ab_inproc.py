@@ -36,10 +36,31 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import featureflow.ops as ops  # noqa: E402
 from featureflow.ops import _backend, _mojo  # noqa: E402
-from featureflow.ops._mojo import loader  # noqa: E402
+from featureflow.ops._mojo import loader, planning  # noqa: E402
 
 HOUR = 3_600 * 10**9
 AGGS5 = ["count", "sum", "mean", "min", "max"]
+AGGS9 = [*AGGS5, "std", "var", "first", "last"]
+
+
+def forced(
+    fn: Callable[[], object], span: int | None = None, walk: int | None = None
+) -> Callable[[], object]:
+    """`fn` on one thread (the calling one, whose CPU time is measured), its rolling
+    path forced through `planning`'s thresholds as tests/ops do (span: the in-order
+    ring's limit, 0 for the bucketed path; walk: the bucketed path's WALK_ROWS)."""
+
+    def call() -> object:
+        saved = (planning.parts, planning.INORDER_MAX_SPAN, planning.WALK_ROWS)
+        planning.parts = lambda rows: 1
+        planning.INORDER_MAX_SPAN = saved[1] if span is None else span
+        planning.WALK_ROWS = saved[2] if walk is None else walk
+        try:
+            return fn()
+        finally:
+            planning.parts, planning.INORDER_MAX_SPAN, planning.WALK_ROWS = saved
+
+    return call
 
 
 def load_library(native: Path) -> _backend.Choice:
@@ -61,6 +82,8 @@ def tasks(n: int, keys: int) -> dict[str, Callable[[], object]]:
     ts = pa.array(np.sort(rng.integers(0, 24 * HOUR, n)))
     v = pa.array(rng.normal(100, 30, n))
     k = pa.array(rng.integers(0, keys, n))
+    shuffle = pa.array(rng.permutation(n))
+    ts_s, v_s, k_s = ts.take(shuffle), v.take(shuffle), k.take(shuffle)
     return {
         "by_close": lambda: ops.sessions(ts, v, "30m", ["count", "sum", "min", "max"], keys=k),
         "in_order": lambda: ops.sessions(ts, v, "30m", [*AGGS5, "first", "last"], keys=k),
@@ -69,6 +92,18 @@ def tasks(n: int, keys: int) -> dict[str, Callable[[], object]]:
         "rolling_3w": lambda: ops.rolling(ts, v, ["10m", "1h", "1d"], AGGS5, keys=k),
         "unkeyed_sum": lambda: ops.rolling(ts, v, "1h", ["sum"]),
         "hopping": lambda: ops.hopping(ts, v, "1h", "20m", AGGS5, keys=k),
+        # one rolling path each, on one thread
+        "inorder": forced(lambda: ops.rolling(ts, v, ["10m", "1h"], AGGS5, keys=k)),
+        "inorder_sum": forced(lambda: ops.rolling(ts, v, "1h", ["count", "sum", "mean"], keys=k)),
+        "region": forced(lambda: ops.rolling(ts, v, "1h", AGGS9, keys=k)),
+        "stream": forced(lambda: ops.rolling(ts, v, "1h", AGGS9)),
+        "stream_sum": forced(lambda: ops.rolling(ts, v, "1h", ["count", "sum", "mean"])),
+        "bucketed": forced(lambda: ops.rolling(ts, v, "1h", AGGS5, keys=k), span=0, walk=0),
+        "slots": forced(lambda: ops.rolling(ts, v, "1h", AGGS5, keys=k), span=0, walk=16),
+        "rolling_grouped": forced(lambda: ops.rolling(ts_s, v_s, "1h", AGGS9, keys=k_s)),
+        "rolling_grouped_3w": forced(
+            lambda: ops.rolling(ts_s, v_s, ["10m", "1h", "1d"], AGGS9, keys=k_s)
+        ),
     }
 
 

@@ -8,8 +8,8 @@ holds the algorithms, one a file:
 - `abi`: codes, the descriptor header, the ABI version and source digest.
 - `buffers`, `order`: typed loads and stores, scratch; sorting and grouping.
 - `agg`: the aggregate math the passes share: the aggregation contract
-  (`contract`: `Aggregator`, `Running`, `FrameAggregator`), sums, outputs,
-  `Sliding`.
+  (`contract`: `Aggregator`, `Running`, `FrameAggregator`; `deletable`: the
+  rolling passes' count, sum and moments), sums, outputs, `Sliding`.
 - `support`: which path can take which aggregates.
 - `rolling`: the entry points, then one file per path (`_grouped`, `_stream`,
   `_region`, `_inorder`, `_bucketed`, `_slots`, `_generic`).

@@ -19,8 +19,9 @@ and storing it back, made the by-close session pass 3-7 % slower).
 
 `Running`: count, compensated sum (`agg/sums.two_sum`) and min/max of a stream
 of values: the state of a session. It is not deletable (min/max); the rolling
-passes, whose frames also lose rows, still write out their own updates
-(mojo_ops/README.md).
+passes, whose frames also lose rows, take the contract's deletable half
+(`agg/deletable`: count, sum, var/std's shifted moments) and keep min/max
+and first/last as deques and FIFOs of their own (mojo_ops/README.md).
 """
 
 from featureflow_kernels.abi import U8P, f64p, i64p

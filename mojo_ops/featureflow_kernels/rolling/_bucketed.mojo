@@ -11,6 +11,9 @@ pass works in cache.
 3. (parallel over row ranges) the results return to input order: row i
    takes the next result of its bucket's run (1024 sequential read streams),
    writing count, sum, mean, min, max and validity sequentially.
+A bucket's key states are those of the pass it runs (`_inorder.InorderKey`,
+on the contract's deletable sum, or `_slots.SlotKey`); a row's result between
+phases 2 and 3 is a `_slots.WRec` (count as float64, sum, min, max).
 """
 
 from std.memory import alloc
@@ -30,7 +33,7 @@ from featureflow_kernels.abi import (
 from featureflow_kernels.buffers import load_valid, put, store_bits
 from featureflow_kernels.agg.outputs import Outs, outs_for
 from featureflow_kernels.rolling._frames import part_rows
-from featureflow_kernels.rolling._slots import SLOT_WORDS, WREC, slot_window
+from featureflow_kernels.rolling._slots import SLOT_WORDS, WREC, WRecs, slot_window
 from featureflow_kernels.rolling._inorder import IREC, ISTATE, inorder_span, inorder_window
 
 
@@ -181,7 +184,7 @@ def bucket_windows(
         var bts = lay.pts.unsafe_offset(a)
         var bv = lay.pv.unsafe_offset(a)
         var bcodes = lay.pc.unsafe_offset(a)
-        var rec = lay.trec.unsafe_offset(WREC * a)
+        var recs = WRecs(lay.trec.unsafe_offset(WREC * a))
         var tspan = Int(bts[unsafe_offset=m - 1]) - Int(bts[unsafe_offset=0]) + 1
         var reach = min(width + hop, tspan)  # ns a frame covers (at most)
         var frame_rows = Float64(m) / Float64(glocal) * Float64(reach) / Float64(tspan)
@@ -190,11 +193,11 @@ def bucket_windows(
             var done: Bool
             if minmax:
                 done = slot_window[True](
-                    bts, bv, bcodes, glocal, m, width, hop, slots, links, rec, budget
+                    bts, bv, bcodes, glocal, m, width, hop, slots, links, recs, budget
                 )
             else:
                 done = slot_window[False](
-                    bts, bv, bcodes, glocal, m, width, hop, slots, links, rec, budget
+                    bts, bv, bcodes, glocal, m, width, hop, slots, links, recs, budget
                 )
             if done:
                 continue
@@ -221,10 +224,12 @@ def bucket_windows(
                 bts, sub, bcodes, glocal, m, 0, m, width, hop, o, no_valid, base, ring
             )
         for q in range(m):
-            rec[unsafe_offset=WREC * q] = Float64(tcount[unsafe_offset=q])
-            rec[unsafe_offset=WREC * q + 1] = tsum[unsafe_offset=q]
-            rec[unsafe_offset=WREC * q + 2] = tmin[unsafe_offset=q]
-            rec[unsafe_offset=WREC * q + 3] = tmax[unsafe_offset=q]
+            recs.row(q).write(
+                Float64(tcount[unsafe_offset=q]),
+                tsum[unsafe_offset=q],
+                tmin[unsafe_offset=q],
+                tmax[unsafe_offset=q],
+            )
     region.free()
 
 
@@ -251,24 +256,25 @@ def gather_results(d: I64P, inp: Inputs, lay: BucketLayout, part: Int, parts: In
             nvalid.append(cols[c].valid)
     var vbytes = (n + 7) // 8
     var bits: UInt64 = 0
+    var recs = WRecs(lay.trec)
     for i in range(r0, r1):
         var b = Int(codes[unsafe_offset=i]) & (BUCKETS - 1)
         var j = cur[b]
         cur[b] = j + 1
-        var r = lay.trec.unsafe_offset(WREC * j)
-        prefetch(r.unsafe_offset(WREC * GATHER_PF))
-        var cf = r[unsafe_offset=0]
+        var r = recs.row(j)
+        prefetch(recs.row(j + GATHER_PF).p)
+        var cf = r.count()
         var count = Int64(cf)
         if o.count != 0:
             i64p(o.count)[unsafe_offset=i] = count
         if o.sum != 0:
-            f64p(o.sum)[unsafe_offset=i] = r[unsafe_offset=1]
+            f64p(o.sum)[unsafe_offset=i] = r.sum()
         if o.mean != 0:
-            f64p(o.mean)[unsafe_offset=i] = r[unsafe_offset=1] / cf if count > 0 else 0.0
+            f64p(o.mean)[unsafe_offset=i] = r.sum() / cf if count > 0 else 0.0
         if o.min != 0:
-            put(o.min, o.min_dt, i, r[unsafe_offset=2])
+            put(o.min, o.min_dt, i, r.min())
         if o.max != 0:
-            put(o.max, o.max_dt, i, r[unsafe_offset=3])
+            put(o.max, o.max_dt, i, r.max())
         if count > 0:
             bits |= UInt64(1) << UInt64(i & 63)
         if (i & 63) == 63 or i == r1 - 1:

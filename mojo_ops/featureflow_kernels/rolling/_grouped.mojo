@@ -6,9 +6,10 @@ input not in ts order).
    (perm); keys whose rows were not in ts order are then merge-sorted. Input
    already in ts order without keys is used in place (no copy, no perm).
 2. per window and key, one pass over the contiguous rows: runs of equal ts
-   share a frame, the frame's low end moves forward (two pointers), sums are
-   compensated (`two_sum`; var/std: of values shifted by one of the frame's
-   values), min/max come from monotonic deques. The pass is specialised at
+   share a frame, the frame's low end moves forward (two pointers); count,
+   sum and var/std's shifted moments are the contract's deletable states in
+   registers (agg/deletable.mojo: `Sums`, `Moments`), min/max come from
+   monotonic deques, first/last from row positions. The pass is specialised at
    compile time on the aggregate families it needs.
 3. results go straight to the caller's output rows (perm[q]); validity is
    written as one level byte min(count, 2) per row and packed into the
@@ -40,7 +41,16 @@ from featureflow_kernels.abi import (
 )
 from featureflow_kernels.buffers import Bump, floor_div, put
 from featureflow_kernels.order import group_rows
-from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.agg.deletable import (
+    Moments,
+    Sums,
+    moments_add,
+    moments_remove,
+    moments_variance,
+    sum_add,
+    sum_remove_or_clear,
+    sum_total,
+)
 from featureflow_kernels.agg.outputs import Outs, outs_for, pack_levels
 from featureflow_kernels.support import stream_supported
 from featureflow_kernels.rolling._generic import rolling_generic
@@ -71,15 +81,8 @@ def window_pass[
     var need_last = o.last != 0
     var lo = a
     var p = a
-    var count = 0
-    var s = 0.0
-    var sc = 0.0
-    var shift = 0.0
-    var shift_set = False
-    var s1 = 0.0
-    var s1c = 0.0
-    var s2 = 0.0
-    var s2c = 0.0
+    var acc = Sums.empty()  # the frame's count and sum, on the contract
+    var mom = Moments.empty()  # var/std's shifted moments
     var qmin_h = 0
     var qmin_t = 0
     var qmax_h = 0
@@ -96,9 +99,7 @@ def window_pass[
             var v = sv[unsafe_offset=q]
             if isnan(v):
                 continue
-            count += 1
-            comptime if SUM:
-                two_sum(s, sc, v)
+            sum_add[SUM](acc, v)
             comptime if MINMAX:
                 if need_min:
                     while (
@@ -118,14 +119,7 @@ def window_pass[
                     qmax_t += 1
             comptime if EXTRA:
                 if need_sq:
-                    if not shift_set:
-                        # shifting by a value of the data keeps s2 - s1^2/n free of
-                        # catastrophic cancellation when values share a large offset
-                        shift = v
-                        shift_set = True
-                    var d = v - shift
-                    two_sum(s1, s1c, d)
-                    add_square(s2, s2c, d, 1.0)
+                    moments_add(mom, v)
                 last = q
         # rows older than the frame leave
         var lower = t - width
@@ -137,24 +131,13 @@ def window_pass[
             lo += 1
             if isnan(x):
                 continue
-            count -= 1
-            if count == 0:
+            if sum_remove_or_clear[SUM](acc, x):
                 # an empty frame: restart the sums exactly instead of carrying noise
-                s = 0.0
-                sc = 0.0
-                s1 = 0.0
-                s1c = 0.0
-                s2 = 0.0
-                s2c = 0.0
-                shift_set = False
+                mom.clear()
             else:
-                comptime if SUM:
-                    two_sum(s, sc, -x)
                 comptime if EXTRA:
                     if need_sq:
-                        var d = x - shift
-                        two_sum(s1, s1c, -d)
-                        add_square(s2, s2c, d, -1.0)
+                        moments_remove(mom, x)
         comptime if MINMAX:
             if lo != lo0:
                 while qmin_h < qmin_t and Int(dqmin[unsafe_offset=qmin_h]) < lo:
@@ -168,6 +151,7 @@ def window_pass[
                 while first < e and isnan(sv[unsafe_offset=first]):
                     first += 1
         # the frame's results, for every row of the run
+        var count = Int(acc.count())
         var has = count > 0
         var rsum = 0.0
         var rmean = 0.0
@@ -179,7 +163,7 @@ def window_pass[
         var rlast = 0.0
         if has:
             comptime if SUM:
-                rsum = s + sc
+                rsum = sum_total(acc)
                 rmean = rsum / Float64(count)
             comptime if MINMAX:
                 if need_min:
@@ -188,7 +172,7 @@ def window_pass[
                     rmax = sv[unsafe_offset=Int(dqmax[unsafe_offset=qmax_h])]
             comptime if EXTRA:
                 if need_sq and count > 1:
-                    rvar = sample_variance(s1, s1c, s2, s2c, count)
+                    rvar = moments_variance(mom, count)
                     rstd = sqrt(rvar)
                 if need_first:
                     rfirst = sv[unsafe_offset=first]

@@ -17,27 +17,180 @@ A part [r0, r1) warms up from g(r0) and emits from r0 on.
 from std.utils.numerics import isnan
 from std.sys.intrinsics import prefetch, PrefetchOptions
 from featureflow_kernels.abi import (
+    F64P,
     HEADER,
     I32P,
     I64P,
     Inputs,
     f64p,
-    i64p,
     read_columns,
     read_inputs,
 )
 from featureflow_kernels.buffers import load_valid, put, store_bits
-from featureflow_kernels.agg.sums import two_sum
+from featureflow_kernels.agg.deletable import (
+    SumState,
+    Sums,
+    sum_add,
+    sum_clear,
+    sum_emit,
+    sum_remove,
+    sum_start,
+)
 from featureflow_kernels.agg.outputs import Outs, outs_for
 from featureflow_kernels.rolling._frames import first_at_or_after, frame_lower, part_rows
 from featureflow_kernels.rolling._region import PF
 
 
 comptime SPAN_BLOCK = 1024  # rows per block of `inorder_span`'s bound
-comptime IREC = 8  # int32 words per ring record: value (2), next, min prev, min next,
-# max prev, max next, -
-comptime ISTATE = 16  # int32 words per key: lo, tail, count, min head, max head, -,
-# then float64 words 3..6: sum, sum compensation, min, max
+comptime IREC = 8  # int32 words per ring record (`Ring`)
+comptime ISTATE = 16  # int32 words per key (`InorderKey`)
+
+
+@fieldwise_init
+struct InorderKey(SumState):
+    """A key's `ISTATE` int32 words at `s` (a multiple of ISTATE) of the state
+    array `w`; `f` is the same array as float64 (both loop-invariant, as in
+    `sessions/_state.SessionKey`). Row numbers are those of the pass (the ring
+    holds row & mask); the deletable sum is on the contract (`SumState`), the
+    min/max deques are linked through the ring records."""
+
+    var w: I32P
+    var f: F64P
+    var s: Int
+
+    comptime LO = 0  # the key's oldest row in the frame
+    comptime TAIL = 1  # its newest non-null row (-1: none)
+    comptime COUNT = 2
+    comptime MIN_HEAD = 3  # the min deque's front row
+    comptime MAX_HEAD = 4  # the max deque's front row
+    # float64 words of the record (int32 words 6..13)
+    comptime SUM = 3
+    comptime SUM_C = 4
+    comptime MIN = 5  # the value at the min deque's front
+    comptime MAX = 6  # the value at the max deque's front
+
+    @always_inline
+    def lo(self) -> Int:
+        return Int(self.w[unsafe_offset=self.s + Self.LO])
+
+    @always_inline
+    def set_lo(self, q: Int):
+        self.w[unsafe_offset=self.s + Self.LO] = Int32(q)
+
+    @always_inline
+    def tail(self) -> Int:
+        return Int(self.w[unsafe_offset=self.s + Self.TAIL])
+
+    @always_inline
+    def set_tail(self, q: Int):
+        self.w[unsafe_offset=self.s + Self.TAIL] = Int32(q)
+
+    @always_inline
+    def count(self) -> Int64:
+        return Int64(self.w[unsafe_offset=self.s + Self.COUNT])
+
+    @always_inline
+    def set_count(mut self, n: Int64):
+        self.w[unsafe_offset=self.s + Self.COUNT] = Int32(n)
+
+    @always_inline
+    def sum(self) -> Float64:
+        return self.f[unsafe_offset=self.s // 2 + Self.SUM]
+
+    @always_inline
+    def set_sum(mut self, v: Float64):
+        self.f[unsafe_offset=self.s // 2 + Self.SUM] = v
+
+    @always_inline
+    def sum_c(self) -> Float64:
+        return self.f[unsafe_offset=self.s // 2 + Self.SUM_C]
+
+    @always_inline
+    def set_sum_c(mut self, v: Float64):
+        self.f[unsafe_offset=self.s // 2 + Self.SUM_C] = v
+
+    @always_inline
+    def min_head(self) -> Int:
+        return Int(self.w[unsafe_offset=self.s + Self.MIN_HEAD])
+
+    @always_inline
+    def set_min_head(self, q: Int):
+        self.w[unsafe_offset=self.s + Self.MIN_HEAD] = Int32(q)
+
+    @always_inline
+    def max_head(self) -> Int:
+        return Int(self.w[unsafe_offset=self.s + Self.MAX_HEAD])
+
+    @always_inline
+    def set_max_head(self, q: Int):
+        self.w[unsafe_offset=self.s + Self.MAX_HEAD] = Int32(q)
+
+    @always_inline
+    def min(self) -> Float64:
+        return self.f[unsafe_offset=self.s // 2 + Self.MIN]
+
+    @always_inline
+    def set_min(self, v: Float64):
+        self.f[unsafe_offset=self.s // 2 + Self.MIN] = v
+
+    @always_inline
+    def max(self) -> Float64:
+        return self.f[unsafe_offset=self.s // 2 + Self.MAX]
+
+    @always_inline
+    def set_max(self, v: Float64):
+        self.f[unsafe_offset=self.s // 2 + Self.MAX] = v
+
+
+@fieldwise_init
+struct InorderKeys(TrivialRegisterPassable):
+    """The key states of a pass: `ISTATE` int32 words a key from `w`."""
+
+    var w: I32P
+    var f: F64P
+
+    @always_inline
+    def key(self, c: Int) -> InorderKey:
+        return InorderKey(self.w, self.f, c * ISTATE)
+
+
+@fieldwise_init
+struct Ring(TrivialRegisterPassable):
+    """The ring of recent rows: row q's `IREC` int32 words at IREC * (q & mask):
+    its float64 value (words 0-1), the key's next non-null row, and its
+    neighbours in the key's min and max deques (-1: none)."""
+
+    var w: I32P
+    var f: F64P
+    var mask: Int
+
+    comptime NEXT = 2
+    comptime MIN_PREV = 3
+    comptime MIN_NEXT = 4
+    comptime MAX_PREV = 5
+    comptime MAX_NEXT = 6
+
+    @always_inline
+    def record(self, q: Int) -> I32P:
+        """Row q's record (to prefetch)."""
+        return self.w.unsafe_offset(IREC * (q & self.mask))
+
+    @always_inline
+    def value(self, q: Int) -> Float64:
+        return self.f[unsafe_offset=IREC * (q & self.mask) // 2]
+
+    @always_inline
+    def set_value(self, q: Int, x: Float64):
+        self.f[unsafe_offset=IREC * (q & self.mask) // 2] = x
+
+    @always_inline
+    def link(self, q: Int, word: Int) -> Int:
+        """Word `word` (NEXT, MIN_PREV, ...) of row q's record: a row number."""
+        return Int(self.w[unsafe_offset=IREC * (q & self.mask) + word])
+
+    @always_inline
+    def set_link(self, q: Int, word: Int, to: Int):
+        self.w[unsafe_offset=IREC * (q & self.mask) + word] = Int32(to)
 
 
 def gallop(ts: I64P, a: Int, b: Int, t: Int) -> Int:
@@ -93,15 +246,13 @@ def inorder_window[
     var need_min = o.min != 0
     var need_max = o.max != 0
     var st = I32P(unsafe_from_address=scratch)
-    var sf = f64p(scratch)
-    var ring = I32P(unsafe_from_address=scratch + 4 * ISTATE * g)
-    var rf = f64p(Int(ring))
-    var mask = ring_rows - 1
+    var keys = InorderKeys(st, f64p(scratch))
+    var rp = I32P(unsafe_from_address=scratch + 4 * ISTATE * g)
+    var ring = Ring(rp, f64p(Int(rp)), ring_rows - 1)
     for k in range(g):
-        st[unsafe_offset=k * ISTATE + 1] = -1  # tail: no row
-        st[unsafe_offset=k * ISTATE + 2] = 0
-        sf[unsafe_offset=k * (ISTATE // 2) + 3] = 0.0
-        sf[unsafe_offset=k * (ISTATE // 2) + 4] = 0.0
+        var ks = keys.key(k)
+        ks.set_tail(-1)  # no row
+        sum_clear(ks)
     var w0 = first_at_or_after(ts, 0, r0, frame_lower(Int(ts[unsafe_offset=r0]), width, hop))
     var end = r1
     while end < n and ts[unsafe_offset=end] == ts[unsafe_offset=r1 - 1]:
@@ -115,20 +266,14 @@ def inorder_window[
             prefetch[PrefetchOptions().for_write()](
                 st.unsafe_offset(Int(codes[unsafe_offset=p + PF]) * ISTATE)
             )
-            var s2 = Int(codes[unsafe_offset=p + PF // 2]) * ISTATE
-            var tl = Int(st[unsafe_offset=s2 + 1])
+            var ahead = keys.key(Int(codes[unsafe_offset=p + PF // 2]))
+            var tl = ahead.tail()
             if tl >= 0:
-                prefetch[PrefetchOptions().for_write()](ring.unsafe_offset(IREC * (tl & mask)))
-                prefetch[PrefetchOptions().for_write()](
-                    ring.unsafe_offset(IREC * (Int(st[unsafe_offset=s2]) & mask))
-                )
+                prefetch[PrefetchOptions().for_write()](ring.record(tl))
+                prefetch[PrefetchOptions().for_write()](ring.record(ahead.lo()))
                 comptime if MINMAX:
-                    prefetch[PrefetchOptions().for_write()](
-                        ring.unsafe_offset(IREC * (Int(st[unsafe_offset=s2 + 3]) & mask))
-                    )
-                    prefetch[PrefetchOptions().for_write()](
-                        ring.unsafe_offset(IREC * (Int(st[unsafe_offset=s2 + 4]) & mask))
-                    )
+                    prefetch[PrefetchOptions().for_write()](ring.record(ahead.min_head()))
+                    prefetch[PrefetchOptions().for_write()](ring.record(ahead.max_head()))
         var t = ts[unsafe_offset=p]
         var e = p + 1
         while e < end and ts[unsafe_offset=e] == t:
@@ -138,119 +283,89 @@ def inorder_window[
             gl += 1
         # trim each key of the run to the frame, then let the run's rows enter
         for q in range(p, e):
-            var s = Int(codes[unsafe_offset=q]) * ISTATE
-            var f = s // 2
-            var tail = Int(st[unsafe_offset=s + 1])
+            var ks = keys.key(Int(codes[unsafe_offset=q]))
+            var tail = ks.tail()
             if tail < gl:  # every row of the key left (or it has none)
                 if tail >= 0:
-                    st[unsafe_offset=s + 1] = -1
-                    st[unsafe_offset=s + 2] = 0
-                    sf[unsafe_offset=f + 3] = 0.0
-                    sf[unsafe_offset=f + 4] = 0.0
+                    ks.set_tail(-1)
+                    sum_clear(ks)
             else:
-                var lo = Int(st[unsafe_offset=s])
+                var lo = ks.lo()
                 if lo < gl:
-                    var cnt = Int(st[unsafe_offset=s + 2])
-                    var sm = sf[unsafe_offset=f + 3]
-                    var sc = sf[unsafe_offset=f + 4]
+                    var acc = Sums.of(ks)  # the leaving rows' updates in registers
                     while lo < gl:
-                        var rr = IREC * (lo & mask)
-                        comptime if SUM:
-                            two_sum(sm, sc, -rf[unsafe_offset=rr // 2])
-                        cnt -= 1
-                        lo = Int(ring[unsafe_offset=rr + 2])
-                    st[unsafe_offset=s] = Int32(lo)
-                    st[unsafe_offset=s + 2] = Int32(cnt)
-                    comptime if SUM:
-                        sf[unsafe_offset=f + 3] = sm
-                        sf[unsafe_offset=f + 4] = sc
+                        sum_remove[SUM](acc, ring.value(lo))
+                        lo = ring.link(lo, Ring.NEXT)
+                    ks.set_lo(lo)
+                    acc.store[SUM](ks)
                     comptime if MINMAX:
                         if need_min:
-                            var h = Int(st[unsafe_offset=s + 3])
+                            var h = ks.min_head()
                             if h < lo:
                                 while h < lo:
-                                    h = Int(ring[unsafe_offset=IREC * (h & mask) + 4])
-                                st[unsafe_offset=s + 3] = Int32(h)
-                                sf[unsafe_offset=f + 5] = rf[unsafe_offset=IREC * (h & mask) // 2]
+                                    h = ring.link(h, Ring.MIN_NEXT)
+                                ks.set_min_head(h)
+                                ks.set_min(ring.value(h))
                         if need_max:
-                            var h = Int(st[unsafe_offset=s + 4])
+                            var h = ks.max_head()
                             if h < lo:
                                 while h < lo:
-                                    h = Int(ring[unsafe_offset=IREC * (h & mask) + 6])
-                                st[unsafe_offset=s + 4] = Int32(h)
-                                sf[unsafe_offset=f + 6] = rf[unsafe_offset=IREC * (h & mask) // 2]
+                                    h = ring.link(h, Ring.MAX_NEXT)
+                                ks.set_max_head(h)
+                                ks.set_max(ring.value(h))
             var x = load_valid(inp.vaddr, inp.dtype, inp.valid_addr, inp.valid_off, q)
             if isnan(x):
                 continue
-            var rq = IREC * (q & mask)
-            rf[unsafe_offset=rq // 2] = x
-            ring[unsafe_offset=rq + 2] = -1
-            tail = Int(st[unsafe_offset=s + 1])
-            st[unsafe_offset=s + 1] = Int32(q)
+            ring.set_value(q, x)
+            ring.set_link(q, Ring.NEXT, -1)
+            tail = ks.tail()
+            ks.set_tail(q)
             if tail < 0:
-                st[unsafe_offset=s] = Int32(q)
-                st[unsafe_offset=s + 2] = 1
-                sf[unsafe_offset=f + 3] = x
-                sf[unsafe_offset=f + 4] = 0.0
+                ks.set_lo(q)
+                sum_start(ks, x)
                 comptime if MINMAX:
-                    ring[unsafe_offset=rq + 3] = -1
-                    ring[unsafe_offset=rq + 5] = -1
-                    st[unsafe_offset=s + 3] = Int32(q)
-                    st[unsafe_offset=s + 4] = Int32(q)
-                    sf[unsafe_offset=f + 5] = x
-                    sf[unsafe_offset=f + 6] = x
+                    ring.set_link(q, Ring.MIN_PREV, -1)
+                    ring.set_link(q, Ring.MAX_PREV, -1)
+                    ks.set_min_head(q)
+                    ks.set_max_head(q)
+                    ks.set_min(x)
+                    ks.set_max(x)
                 continue
-            ring[unsafe_offset=IREC * (tail & mask) + 2] = Int32(q)
-            st[unsafe_offset=s + 2] += 1
-            comptime if SUM:
-                var sm = sf[unsafe_offset=f + 3]
-                var sc = sf[unsafe_offset=f + 4]
-                two_sum(sm, sc, x)
-                sf[unsafe_offset=f + 3] = sm
-                sf[unsafe_offset=f + 4] = sc
+            ring.set_link(tail, Ring.NEXT, q)
+            sum_add[SUM](ks, x)
             comptime if MINMAX:
                 if need_min:
-                    var head = Int(st[unsafe_offset=s + 3])
+                    var head = ks.min_head()
                     var b = tail
-                    while b >= head and rf[unsafe_offset=IREC * (b & mask) // 2] >= x:
-                        b = Int(ring[unsafe_offset=IREC * (b & mask) + 3])
-                    ring[unsafe_offset=rq + 3] = Int32(b)
+                    while b >= head and ring.value(b) >= x:
+                        b = ring.link(b, Ring.MIN_PREV)
+                    ring.set_link(q, Ring.MIN_PREV, b)
                     if b < head:
-                        st[unsafe_offset=s + 3] = Int32(q)
-                        sf[unsafe_offset=f + 5] = x
+                        ks.set_min_head(q)
+                        ks.set_min(x)
                     else:
-                        ring[unsafe_offset=IREC * (b & mask) + 4] = Int32(q)
+                        ring.set_link(b, Ring.MIN_NEXT, q)
                 if need_max:
-                    var head = Int(st[unsafe_offset=s + 4])
+                    var head = ks.max_head()
                     var b = tail
-                    while b >= head and rf[unsafe_offset=IREC * (b & mask) // 2] <= x:
-                        b = Int(ring[unsafe_offset=IREC * (b & mask) + 5])
-                    ring[unsafe_offset=rq + 5] = Int32(b)
+                    while b >= head and ring.value(b) <= x:
+                        b = ring.link(b, Ring.MAX_PREV)
+                    ring.set_link(q, Ring.MAX_PREV, b)
                     if b < head:
-                        st[unsafe_offset=s + 4] = Int32(q)
-                        sf[unsafe_offset=f + 6] = x
+                        ks.set_max_head(q)
+                        ks.set_max(x)
                     else:
-                        ring[unsafe_offset=IREC * (b & mask) + 6] = Int32(q)
+                        ring.set_link(b, Ring.MAX_NEXT, q)
         for q in range(max(p, r0), min(e, r1)):
-            var s = Int(codes[unsafe_offset=q]) * ISTATE
-            var f = s // 2
-            var count = Int(st[unsafe_offset=s + 2])
+            var ks = keys.key(Int(codes[unsafe_offset=q]))
+            var count = Int(ks.count())
             var has = count > 0
-            if o.count != 0:
-                i64p(o.count)[unsafe_offset=q] = Int64(count)
-            comptime if SUM:
-                var rsum = 0.0
-                if has:
-                    rsum = sf[unsafe_offset=f + 3] + sf[unsafe_offset=f + 4]
-                if o.sum != 0:
-                    f64p(o.sum)[unsafe_offset=q] = rsum
-                if o.mean != 0:
-                    f64p(o.mean)[unsafe_offset=q] = rsum / Float64(count) if has else 0.0
+            sum_emit[SUM](ks, count, o, q)
             comptime if MINMAX:
                 if need_min:
-                    put(o.min, o.min_dt, q, sf[unsafe_offset=f + 5] if has else 0.0)
+                    put(o.min, o.min_dt, q, ks.min() if has else 0.0)
                 if need_max:
-                    put(o.max, o.max_dt, q, sf[unsafe_offset=f + 6] if has else 0.0)
+                    put(o.max, o.max_dt, q, ks.max() if has else 0.0)
             if has:
                 bits |= UInt64(1) << UInt64(q & 63)
             if (q & 63) == 63 or q == r1 - 1:

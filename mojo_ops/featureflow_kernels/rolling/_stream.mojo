@@ -6,7 +6,9 @@ enter their key's state in input order and leave it in input order too: a
 second pointer `lo` trails the newest row by the window, and rows leave when
 ts < lower (the frame's low end, non-decreasing in t). So the inputs are read
 twice sequentially, every output is written sequentially, and only the
-per-key state (64 bytes a key, +64 for var/std) is touched at random.
+per-key state (64 bytes a key, `StreamKey`, +64 for var/std, `SqKey`) is
+touched at random: the contract's deletable count, sum and shifted moments
+(agg/deletable.mojo).
 min/max are monotonic deques and `first` a FIFO of non-null rows, linked
 through int32 arrays indexed by row (relative to the pass's first row).
 A run of rows with an equal ts enters before any of it is emitted (RANGE
@@ -19,15 +21,167 @@ from std.utils.numerics import isnan
 from std.math import sqrt
 from featureflow_kernels.abi import A_STD, A_VAR, Column, F64P, I32P, I64P, f64p, i64p
 from featureflow_kernels.buffers import put, store_bits
-from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.agg.deletable import (
+    MomentsState,
+    SumState,
+    moments_add,
+    moments_remove,
+    moments_variance,
+    sum_add,
+    sum_clear,
+    sum_emit,
+    sum_remove_or_clear,
+)
 from featureflow_kernels.agg.outputs import Outs
 from featureflow_kernels.rolling._frames import first_at_or_after, frame_lower
 
 
-comptime REC = 8  # int64 words per key in the main state record
-# main record words: 0 count, 1 sum, 2 sum compensation, 3 (min front, min back),
-# 4 (max front, max back), 5 (first, last) as int32 pairs (-1: none)
-comptime SQ = 8  # float64 words per key for var/std: s1, s1c, s2, s2c, shift, shift set
+comptime REC = 8  # int64 words per key in the main state record (`StreamKey`)
+comptime SQ = 8  # float64 words per key for var/std (`SqKey`)
+
+
+@fieldwise_init
+struct StreamKey(SumState):
+    """A key's `REC` int64 words at word `r` (a multiple of REC; 0 unkeyed) of
+    the state array `st`, also read as float64 (`f`) and int32 pairs (`w`): the
+    contract's deletable count and sum (`SumState`), then the ends of the min
+    and max deques and of the first FIFO (link indexes: rows relative to the
+    pass's first row; -1: none)."""
+
+    var st: I64P
+    var f: F64P
+    var w: I32P
+    var r: Int
+
+    comptime COUNT = 0  # int64
+    comptime SUM = 1  # float64
+    comptime SUM_C = 2
+    comptime LINKS = 3  # int64 words 3..5: the int32 pairs below
+    # int32 words
+    comptime MIN_FRONT = 6
+    comptime MIN_BACK = 7
+    comptime MAX_FRONT = 8
+    comptime MAX_BACK = 9
+    comptime FIRST = 10
+    comptime LAST = 11
+
+    @always_inline
+    def count(self) -> Int64:
+        return self.st[unsafe_offset=self.r + Self.COUNT]
+
+    @always_inline
+    def set_count(mut self, n: Int64):
+        self.st[unsafe_offset=self.r + Self.COUNT] = n
+
+    @always_inline
+    def sum(self) -> Float64:
+        return self.f[unsafe_offset=self.r + Self.SUM]
+
+    @always_inline
+    def set_sum(mut self, v: Float64):
+        self.f[unsafe_offset=self.r + Self.SUM] = v
+
+    @always_inline
+    def sum_c(self) -> Float64:
+        return self.f[unsafe_offset=self.r + Self.SUM_C]
+
+    @always_inline
+    def set_sum_c(mut self, v: Float64):
+        self.f[unsafe_offset=self.r + Self.SUM_C] = v
+
+    @always_inline
+    def link(self, k: Int) -> Int32:
+        """int32 word k (MIN_FRONT, ..., LAST): a link index."""
+        return self.w[unsafe_offset=2 * self.r + k]
+
+    @always_inline
+    def set_link(self, k: Int, i: Int32):
+        self.w[unsafe_offset=2 * self.r + k] = i
+
+    @always_inline
+    def clear_links(self):
+        """Every deque and FIFO empty (-1), as three int64 stores."""
+        self.st[unsafe_offset=self.r + Self.LINKS] = -1
+        self.st[unsafe_offset=self.r + Self.LINKS + 1] = -1
+        self.st[unsafe_offset=self.r + Self.LINKS + 2] = -1
+
+
+@fieldwise_init
+struct StreamKeys(TrivialRegisterPassable):
+    """The key states of a pass (`REC` int64 words a key from `st`) and their
+    var/std words (`SQ` float64 words a key from `sq`)."""
+
+    var st: I64P
+    var f: F64P
+    var w: I32P
+    var sq: F64P
+
+    @always_inline
+    def key(self, c: Int) -> StreamKey:
+        return StreamKey(self.st, self.f, self.w, c * REC)
+
+    @always_inline
+    def moments(self, c: Int) -> SqKey:
+        return SqKey(self.sq, c * SQ)
+
+
+@fieldwise_init
+struct SqKey(MomentsState):
+    """A key's `SQ` float64 words for var/std at `k` (a multiple of SQ) of `sq`
+    (`_stream`, `_region`): the contract's shifted moments (`MomentsState`)."""
+
+    var sq: F64P
+    var k: Int
+
+    comptime S1 = 0
+    comptime S1_C = 1
+    comptime S2 = 2
+    comptime S2_C = 3
+    comptime SHIFT = 4
+    comptime SHIFT_SET = 5  # 1.0 once the shift is set, else 0.0
+    # words 6, 7: unused (0)
+
+    @always_inline
+    def s1(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S1]
+
+    @always_inline
+    def s1_c(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S1_C]
+
+    @always_inline
+    def s2(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S2]
+
+    @always_inline
+    def s2_c(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.S2_C]
+
+    @always_inline
+    def set_sums(mut self, s1: Float64, s1_c: Float64, s2: Float64, s2_c: Float64):
+        self.sq[unsafe_offset=self.k + Self.S1] = s1
+        self.sq[unsafe_offset=self.k + Self.S1_C] = s1_c
+        self.sq[unsafe_offset=self.k + Self.S2] = s2
+        self.sq[unsafe_offset=self.k + Self.S2_C] = s2_c
+
+    @always_inline
+    def shift_set(self) -> Bool:
+        return self.sq[unsafe_offset=self.k + Self.SHIFT_SET] != 0.0
+
+    @always_inline
+    def shift(self) -> Float64:
+        return self.sq[unsafe_offset=self.k + Self.SHIFT]
+
+    @always_inline
+    def set_shift(mut self, v: Float64):
+        self.sq[unsafe_offset=self.k + Self.SHIFT] = v
+        self.sq[unsafe_offset=self.k + Self.SHIFT_SET] = 1.0
+
+    @always_inline
+    def clear(mut self):
+        """All `SQ` words 0: the sums exactly 0, the shift unset."""
+        for j in range(SQ):
+            self.sq[unsafe_offset=self.k + j] = 0.0
 
 
 def stream_scratch_bytes(n: Int, ngroups: Int) -> Int:
@@ -66,10 +220,8 @@ def stream_window[
     while end < n and ts[unsafe_offset=end] == ts[unsafe_offset=r1 - 1]:
         end += 1
     var cap = end - w0
-    var st = i64p(scratch)
-    var sf = f64p(scratch)
-    var si = I32P(unsafe_from_address=scratch)
     var sq = f64p(scratch + 8 * REC * g)
+    var keys = StreamKeys(i64p(scratch), f64p(scratch), I32P(unsafe_from_address=scratch), sq)
     var minprev = I32P(unsafe_from_address=scratch + 8 * (REC + SQ) * g)
     var minnext = minprev.unsafe_offset(cap)
     var maxprev = minprev.unsafe_offset(2 * cap)
@@ -77,13 +229,9 @@ def stream_window[
     var nextrow = minprev.unsafe_offset(4 * cap)
     var base = sv.unsafe_offset(w0)  # values by link index
     for k in range(g):
-        var r = k * REC
-        st[unsafe_offset=r] = 0
-        sf[unsafe_offset=r + 1] = 0.0
-        sf[unsafe_offset=r + 2] = 0.0
-        st[unsafe_offset=r + 3] = -1
-        st[unsafe_offset=r + 4] = -1
-        st[unsafe_offset=r + 5] = -1
+        var ks = keys.key(k)
+        sum_clear(ks)
+        ks.clear_links()
     comptime if EXTRA:
         if need_sq:
             for k in range(g * SQ):
@@ -109,64 +257,44 @@ def stream_window[
             var v = sv[unsafe_offset=q]
             if isnan(v):
                 continue
-            var r = 0
+            var c = 0
             comptime if KEYED:
-                r = Int(codes[unsafe_offset=q]) * REC
-            st[unsafe_offset=r] += 1
+                c = Int(codes[unsafe_offset=q])
+            var ks = keys.key(c)
             var qi = Int32(q - w0)
-            comptime if SUM:
-                var s = sf[unsafe_offset=r + 1]
-                var sc = sf[unsafe_offset=r + 2]
-                two_sum(s, sc, v)
-                sf[unsafe_offset=r + 1] = s
-                sf[unsafe_offset=r + 2] = sc
+            sum_add[SUM](ks, v)
             comptime if MINMAX:
                 if need_min:
-                    var b = si[unsafe_offset=2 * (r + 3) + 1]
+                    var b = ks.link(StreamKey.MIN_BACK)
                     while b >= 0 and base[unsafe_offset=Int(b)] >= v:
                         b = minprev[unsafe_offset=Int(b)]
                     minprev[unsafe_offset=Int(qi)] = b
                     if b < 0:
-                        si[unsafe_offset=2 * (r + 3)] = qi
+                        ks.set_link(StreamKey.MIN_FRONT, qi)
                     else:
                         minnext[unsafe_offset=Int(b)] = qi
-                    si[unsafe_offset=2 * (r + 3) + 1] = qi
+                    ks.set_link(StreamKey.MIN_BACK, qi)
                 if need_max:
-                    var b = si[unsafe_offset=2 * (r + 4) + 1]
+                    var b = ks.link(StreamKey.MAX_BACK)
                     while b >= 0 and base[unsafe_offset=Int(b)] <= v:
                         b = maxprev[unsafe_offset=Int(b)]
                     maxprev[unsafe_offset=Int(qi)] = b
                     if b < 0:
-                        si[unsafe_offset=2 * (r + 4)] = qi
+                        ks.set_link(StreamKey.MAX_FRONT, qi)
                     else:
                         maxnext[unsafe_offset=Int(b)] = qi
-                    si[unsafe_offset=2 * (r + 4) + 1] = qi
+                    ks.set_link(StreamKey.MAX_BACK, qi)
             comptime if EXTRA:
                 if need_sq:
-                    var k = (r // REC) * SQ
-                    if sq[unsafe_offset=k + 5] == 0.0:
-                        # shifting by a value of the data keeps s2 - s1^2/n free of
-                        # catastrophic cancellation when values share a large offset
-                        sq[unsafe_offset=k + 4] = v
-                        sq[unsafe_offset=k + 5] = 1.0
-                    var d = v - sq[unsafe_offset=k + 4]
-                    var s1 = sq[unsafe_offset=k]
-                    var s1c = sq[unsafe_offset=k + 1]
-                    var s2 = sq[unsafe_offset=k + 2]
-                    var s2c = sq[unsafe_offset=k + 3]
-                    two_sum(s1, s1c, d)
-                    add_square(s2, s2c, d, 1.0)
-                    sq[unsafe_offset=k] = s1
-                    sq[unsafe_offset=k + 1] = s1c
-                    sq[unsafe_offset=k + 2] = s2
-                    sq[unsafe_offset=k + 3] = s2c
+                    var m = keys.moments(c)
+                    moments_add(m, v)
                 if need_first:
-                    var last = si[unsafe_offset=2 * (r + 5) + 1]
+                    var last = ks.link(StreamKey.LAST)
                     if last < 0:
-                        si[unsafe_offset=2 * (r + 5)] = qi
+                        ks.set_link(StreamKey.FIRST, qi)
                     else:
                         nextrow[unsafe_offset=Int(last)] = qi
-                si[unsafe_offset=2 * (r + 5) + 1] = qi
+                ks.set_link(StreamKey.LAST, qi)
         # rows older than the frame leave, oldest first
         var lower = Int64(frame_lower(Int(t), width, hop))
         while ts[unsafe_offset=lo] < lower:
@@ -175,97 +303,60 @@ def stream_window[
             lo += 1
             if isnan(x):
                 continue
-            var r = 0
+            var c = 0
             comptime if KEYED:
-                r = Int(codes[unsafe_offset=lo - 1]) * REC
-            var cnt = st[unsafe_offset=r] - 1
-            st[unsafe_offset=r] = cnt
-            if cnt == 0:
+                c = Int(codes[unsafe_offset=lo - 1])
+            var ks = keys.key(c)
+            if sum_remove_or_clear[SUM](ks, x):
                 # an empty frame: restart exactly instead of carrying noise
-                sf[unsafe_offset=r + 1] = 0.0
-                sf[unsafe_offset=r + 2] = 0.0
-                st[unsafe_offset=r + 3] = -1
-                st[unsafe_offset=r + 4] = -1
-                st[unsafe_offset=r + 5] = -1
+                ks.clear_links()
                 comptime if EXTRA:
                     if need_sq:
-                        var k = (r // REC) * SQ
-                        for j in range(SQ):
-                            sq[unsafe_offset=k + j] = 0.0
+                        var m = keys.moments(c)
+                        m.clear()
                 continue
-            comptime if SUM:
-                var s = sf[unsafe_offset=r + 1]
-                var sc = sf[unsafe_offset=r + 2]
-                two_sum(s, sc, -x)
-                sf[unsafe_offset=r + 1] = s
-                sf[unsafe_offset=r + 2] = sc
             comptime if MINMAX:
                 # a deque's back is the key's newest row: never the leaving one here
                 # (the new front's back link is cut so pops stop at the front)
-                if need_min and si[unsafe_offset=2 * (r + 3)] == li:
+                if need_min and ks.link(StreamKey.MIN_FRONT) == li:
                     var f = minnext[unsafe_offset=Int(li)]
-                    si[unsafe_offset=2 * (r + 3)] = f
+                    ks.set_link(StreamKey.MIN_FRONT, f)
                     minprev[unsafe_offset=Int(f)] = -1
-                if need_max and si[unsafe_offset=2 * (r + 4)] == li:
+                if need_max and ks.link(StreamKey.MAX_FRONT) == li:
                     var f = maxnext[unsafe_offset=Int(li)]
-                    si[unsafe_offset=2 * (r + 4)] = f
+                    ks.set_link(StreamKey.MAX_FRONT, f)
                     maxprev[unsafe_offset=Int(f)] = -1
             comptime if EXTRA:
                 if need_sq:
-                    var k = (r // REC) * SQ
-                    var d = x - sq[unsafe_offset=k + 4]
-                    var s1 = sq[unsafe_offset=k]
-                    var s1c = sq[unsafe_offset=k + 1]
-                    var s2 = sq[unsafe_offset=k + 2]
-                    var s2c = sq[unsafe_offset=k + 3]
-                    two_sum(s1, s1c, -d)
-                    add_square(s2, s2c, d, -1.0)
-                    sq[unsafe_offset=k] = s1
-                    sq[unsafe_offset=k + 1] = s1c
-                    sq[unsafe_offset=k + 2] = s2
-                    sq[unsafe_offset=k + 3] = s2c
+                    var m = keys.moments(c)
+                    moments_remove(m, x)
                 if need_first:  # the leaving row is the FIFO's front
-                    si[unsafe_offset=2 * (r + 5)] = nextrow[unsafe_offset=Int(li)]
+                    ks.set_link(StreamKey.FIRST, nextrow[unsafe_offset=Int(li)])
         # the frame's results for the run's rows of this part
         for q in range(max(p, r0), min(e, r1)):
-            var r = 0
+            var c = 0
             comptime if KEYED:
-                r = Int(codes[unsafe_offset=q]) * REC
-            var count = Int(st[unsafe_offset=r])
+                c = Int(codes[unsafe_offset=q])
+            var ks = keys.key(c)
+            var count = Int(ks.count())
             var has = count > 0
-            if o.count != 0:
-                i64p(o.count)[unsafe_offset=q] = Int64(count)
-            comptime if SUM:
-                var rsum = 0.0
-                if has:
-                    rsum = sf[unsafe_offset=r + 1] + sf[unsafe_offset=r + 2]
-                if o.sum != 0:
-                    f64p(o.sum)[unsafe_offset=q] = rsum
-                if o.mean != 0:
-                    f64p(o.mean)[unsafe_offset=q] = rsum / Float64(count) if has else 0.0
+            sum_emit[SUM](ks, count, o, q)
             comptime if MINMAX:
                 if need_min:
                     var rmin = 0.0
                     if has:
-                        rmin = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 3)])]
+                        rmin = base[unsafe_offset=Int(ks.link(StreamKey.MIN_FRONT))]
                     put(o.min, o.min_dt, q, rmin)
                 if need_max:
                     var rmax = 0.0
                     if has:
-                        rmax = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 4)])]
+                        rmax = base[unsafe_offset=Int(ks.link(StreamKey.MAX_FRONT))]
                     put(o.max, o.max_dt, q, rmax)
             comptime if EXTRA:
                 if need_sq:
                     var rvar = 0.0
                     if count > 1:
-                        var k = (r // REC) * SQ
-                        rvar = sample_variance(
-                            sq[unsafe_offset=k],
-                            sq[unsafe_offset=k + 1],
-                            sq[unsafe_offset=k + 2],
-                            sq[unsafe_offset=k + 3],
-                            count,
-                        )
+                        rvar = moments_variance(keys.moments(c), count)
                     if o.var_ != 0:
                         f64p(o.var_)[unsafe_offset=q] = rvar
                     if o.std != 0:
@@ -273,12 +364,12 @@ def stream_window[
                 if need_first:
                     var rfirst = 0.0
                     if has:
-                        rfirst = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5)])]
+                        rfirst = base[unsafe_offset=Int(ks.link(StreamKey.FIRST))]
                     put(o.first, o.first_dt, q, rfirst)
                 if need_last:
                     var rlast = 0.0
                     if has:
-                        rlast = base[unsafe_offset=Int(si[unsafe_offset=2 * (r + 5) + 1])]
+                        rlast = base[unsafe_offset=Int(ks.link(StreamKey.LAST))]
                     put(o.last, o.last_dt, q, rlast)
             var bit = UInt64(1) << UInt64(q & 63)
             if has:
