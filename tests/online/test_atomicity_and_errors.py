@@ -224,3 +224,30 @@ def test_redis_race_in_a_chunk_with_the_next_chunk_already_watched(
     assert (stats.written, stats.skipped) == (n - 1, 1)
     got = read(store, [0, 1, 2, CHUNK, n - 1], ["amount"])["amount"]
     assert got == [5.0, 9.0, 5.0, 5.0, 5.0]
+
+
+def test_redis_plans_built_block_by_block_keep_the_ordering_rule(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-view write builds its commands a block of entities at a time while the
+    blocks before are on the wire; chunks (some ending inside a block, some at its end)
+    with stale rows in several blocks still take the careful path, each with its block."""
+    import featureflow.online.redis as redis_writer
+
+    monkeypatch.setattr(redis_writer, "PLAN_BLOCK", 7)
+    monkeypatch.setattr(redis_writer, "CHUNK", 3)
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    write(store, VIEW, _table(range(50), 1_000, 1.0))
+    ids = list(range(60))
+    seconds = [2_000 if i % 2 == 0 else 500 for i in ids]  # odd ids < 50 are stale
+    table = pa.table({
+        "uid": pa.array(ids, pa.int64()),
+        "ts": pa.array([s * 1_000_000 for s in seconds], pa.timestamp("us", "UTC")),
+        "amount": pa.array([2.0] * len(ids)),
+        "count": pa.array(seconds, pa.int64()),
+    })
+    stats = write(store, VIEW, table)
+    assert (stats.written, stats.skipped) == (35, 25)
+    expected = [1.0 if i % 2 and i < 50 else 2.0 for i in ids]
+    assert read(store, ids, ["amount"])["amount"] == expected
+    assert redis_client(store).keys("featureflow:guard:*") == []
