@@ -42,20 +42,28 @@ value becomes a Lua string first), against ~11 µs for the plain ``HSET``;
 with ``WATCH``/``MULTI`` the values go straight into ``HSET`` and only the
 timestamps pass through Lua, so Redis does about what a blind write costs.
 
-Performance: all ``HSET`` commands of the batch are built as raw RESP bytes
-by numpy (no per-row Python); the decisions come back as one byte string per
-chunk (decoding the stored timestamps in numpy, chunk by chunk, cost ~0.5 s
-of client CPU per 100 k entities).
-One round trip per chunk: the WATCH and timestamp read of the next chunk go
-out in the same packet as this chunk's MULTI/EXEC, ``LANES`` connections
-work on disjoint chunks at once so the waits overlap, and the replies (one
-``QUEUED`` and one ``HSET`` count per entity) are parsed by hiredis straight
-from the socket instead of one redis-py ``read_response`` (µs of Python) each.
+Performance: the ``HSET`` commands are built as raw RESP bytes by numpy (no
+per-row Python), ``PLAN_BLOCK`` entities at a time for a one-view write, each
+block while the chunks before it are on the wire; the decisions come back as
+one byte string per chunk (decoding the stored timestamps in numpy, chunk by
+chunk, cost ~0.5 s of client CPU per 100 k entities).
+The replies (one ``QUEUED`` and one ``HSET`` count per entity) are parsed by
+hiredis straight from the socket instead of one redis-py ``read_response``
+(µs of Python) each; on the careful path the WATCH and timestamp read of the
+next chunk go out in the same packet as this chunk's MULTI/EXEC, and ``LANES``
+connections work on disjoint chunks at once so the waits overlap.
 
-Where the time goes (``bench/online_write.py`` records it from the server's
-INFO commandstats): the server's own HSET of 19 fields is the floor; the
-guarantees add WATCH, the Lua read and the MULTI/EXEC queueing, roughly
-doubling the server's work per entity compared with blind HSETs.
+Where the time goes (redis-server CPU from INFO cpu, 100 k entities x 19 fields,
+pipelined on a raw socket; ``bench/online_write.py`` records the totals): plain
+HSETs, the floor, 0.40-0.45 s; the same inside MULTI/EXEC per 128-entity chunk
+0.41-0.45 s (queueing is nearly free); + WATCH of the chunk's keys 0.48-0.55 s;
++ a native HGET of each ``_ts`` 0.52-0.59 s (the cheapest check, but the decision
+would then be the client's, one round trip per chunk); the Lua decision instead
+of WATCH 0.56-0.66 s; this module's optimistic pass (WATCH + guarded Lua decision
++ MULTI/EXEC) 0.63-0.69 s; one script per chunk carrying the values and doing the
+HSETs itself 0.83-0.95 s (every value becomes a Lua string). So the check itself,
+at its cheapest, costs the server ~1.3x the floor: the newer-or-equal rule needs
+each entity's stored ``_ts`` read inside the server before its ``HSET``.
 """
 
 from __future__ import annotations
