@@ -84,6 +84,8 @@ def tasks(n: int, keys: int) -> dict[str, Callable[[], object]]:
     k = pa.array(rng.integers(0, keys, n))
     shuffle = pa.array(rng.permutation(n))
     ts_s, v_s, k_s = ts.take(shuffle), v.take(shuffle), k.take(shuffle)
+    by_key = pa.array(np.lexsort((ts.to_numpy(), k.to_numpy())))
+    run = (k.take(by_key), ts.take(by_key), v.take(by_key))  # the stream job's state layout
     return {
         "by_close": lambda: ops.sessions(ts, v, "30m", ["count", "sum", "min", "max"], keys=k),
         "in_order": lambda: ops.sessions(ts, v, "30m", [*AGGS5, "first", "last"], keys=k),
@@ -92,6 +94,10 @@ def tasks(n: int, keys: int) -> dict[str, Callable[[], object]]:
         "rolling_3w": lambda: ops.rolling(ts, v, ["10m", "1h", "1d"], AGGS5, keys=k),
         "unkeyed_sum": lambda: ops.rolling(ts, v, "1h", ["sum"]),
         "hopping": lambda: ops.hopping(ts, v, "1h", "20m", AGGS5, keys=k),
+        # frames at every row over one run (rolling/_query's walk, Sliding): only
+        # against a build of the same ABI (its descriptor grew in ABI 4)
+        "query": lambda: ops.rolling_at([run], ["10m", "1h", "1d"], AGGS5, k, ts),
+        "distinct": lambda: ops.rolling(ts, v, "1h", ["count_distinct"], keys=k),
         # one rolling path each, on one thread
         "inorder": forced(lambda: ops.rolling(ts, v, ["10m", "1h"], AGGS5, keys=k)),
         "inorder_sum": forced(lambda: ops.rolling(ts, v, "1h", ["count", "sum", "mean"], keys=k)),

@@ -9,10 +9,13 @@ holds the algorithms, one a file:
 - `buffers`, `order`: typed loads and stores, scratch; sorting and grouping.
 - `agg`: the aggregate math the passes share: the aggregation contract
   (`contract`: `Aggregator`, `Running`, `FrameAggregator`; `deletable`: the
-  rolling passes' count, sum and moments), sums, outputs, `Sliding`.
+  count, sum and moments of the rolling passes, `Sliding` and the frame
+  states), sums, outputs, `Sliding`.
 - `support`: which path can take which aggregates.
 - `rolling`: the entry points, then one file per path (`_grouped`, `_stream`,
-  `_region`, `_inorder`, `_bucketed`, `_slots`, `_generic`).
+  `_region`, `_inorder`, `_bucketed`, `_slots`, `_generic`), and the stream
+  job's frames at query points (`_query`) with the frame states they resume
+  between calls (`_resume`).
 - `sessions`: the entry point, then `_in_order`, `_by_close` (their key state:
   `_state.SessionKey`), `_generic`.
 - `hopping`, `keys`; `runs`: merging runs sorted by (key, ts) (state compaction).

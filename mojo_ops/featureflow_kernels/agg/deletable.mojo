@@ -319,3 +319,31 @@ struct Moments(MomentsState):
         self.b = 0.0
         self.b_c = 0.0
         self.is_set = False
+
+
+@always_inline
+def frame_add(mut sums: Sums, mut moments: Moments, v: Float64, need_sum: Bool, need_sq: Bool):
+    """A non-null value v enters a frame held in registers (`Sliding`, a resumed
+    `rolling/_resume.FrameState`): the count, the sum where wanted, the moments where
+    var/std are wanted."""
+    if need_sum:
+        sum_add[True](sums, v)
+    else:
+        sum_add[False](sums, v)
+    if need_sq:
+        moments_add(moments, v)
+
+
+@always_inline
+def frame_remove(mut sums: Sums, mut moments: Moments, v: Float64, need_sum: Bool, need_sq: Bool):
+    """A non-null value v that entered leaves such a frame; when it was the last row
+    the sums and moments restart at exactly 0 (the shift unset)."""
+    var cleared: Bool
+    if need_sum:
+        cleared = sum_remove_or_clear[True](sums, v)
+    else:
+        cleared = sum_remove_or_clear[False](sums, v)
+    if cleared:
+        moments.clear()
+    elif need_sq:
+        moments_remove(moments, v)

@@ -23,7 +23,15 @@ from featureflow_kernels.abi import (
 )
 from featureflow_kernels.buffers import alloc_i64, set_valid, store
 from featureflow_kernels.agg.contract import FrameAggregator
-from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.agg.deletable import (
+    Moments,
+    Sums,
+    frame_add,
+    frame_remove,
+    moments_variance,
+    sum_clear,
+    sum_total,
+)
 
 
 struct Sliding(FrameAggregator, Movable):
@@ -40,16 +48,10 @@ struct Sliding(FrameAggregator, Movable):
     var need_distinct: Bool
     var lo: Int
     var hi: Int
-    var count: Int
-    # compensated sums (two_sum); s1/s2 are of (x - shift) for var/std
-    var sum: Float64
-    var sum_c: Float64
-    var shift: Float64
-    var s1: Float64
-    var s1_c: Float64
-    var s2: Float64
-    var s2_c: Float64
-    var shift_set: Bool
+    # the deletable half of the contract (agg/deletable): the count and the
+    # compensated sum, the shifted moments of var/std
+    var sums: Sums
+    var moments: Moments
     var qmin: I64P
     var qmin_h: Int
     var qmin_t: Int
@@ -97,15 +99,8 @@ struct Sliding(FrameAggregator, Movable):
         self.distinct = Dict[Int, Int]()
         self.lo = 0
         self.hi = 0
-        self.count = 0
-        self.sum = 0.0
-        self.sum_c = 0.0
-        self.shift = 0.0
-        self.s1 = 0.0
-        self.s1_c = 0.0
-        self.s2 = 0.0
-        self.s2_c = 0.0
-        self.shift_set = False
+        self.sums = Sums.empty()
+        self.moments = Moments.empty()
         self.qmin_h = 0
         self.qmin_t = 0
         self.qmax_h = 0
@@ -117,18 +112,17 @@ struct Sliding(FrameAggregator, Movable):
         self.qmin.unsafe_free()
         self.qmax.unsafe_free()
 
+    @always_inline
+    def count(self) -> Int:
+        """The frame's non-null (not NaN) rows."""
+        return Int(self.sums.n)
+
     def reset(mut self, start: Int):
         """Start a new key whose rows begin at sorted position `start`."""
         self.lo = start
         self.hi = start
-        self.count = 0
-        self.sum = 0.0
-        self.sum_c = 0.0
-        self.s1 = 0.0
-        self.s1_c = 0.0
-        self.s2 = 0.0
-        self.s2_c = 0.0
-        self.shift_set = False
+        sum_clear(self.sums)
+        self.moments.clear()
         self.qmin_h = 0
         self.qmin_t = 0
         self.qmax_h = 0
@@ -142,18 +136,7 @@ struct Sliding(FrameAggregator, Movable):
         var v = self.svals[unsafe_offset=p]
         if isnan(v):
             return
-        self.count += 1
-        if self.need_sum:
-            two_sum(self.sum, self.sum_c, v)
-        if self.need_sq:
-            if not self.shift_set:
-                # shifting by a value of the data keeps s2 - s1^2/n free of
-                # catastrophic cancellation when values share a large offset
-                self.shift = v
-                self.shift_set = True
-            var d = v - self.shift
-            two_sum(self.s1, self.s1_c, d)
-            add_square(self.s2, self.s2_c, d, 1.0)
+        frame_add(self.sums, self.moments, v, self.need_sum, self.need_sq)
         if self.need_min:
             while (
                 self.qmin_t > self.qmin_h
@@ -181,23 +164,7 @@ struct Sliding(FrameAggregator, Movable):
         var v = self.svals[unsafe_offset=p]
         if isnan(v):
             return
-        self.count -= 1
-        if self.count == 0:
-            # an empty frame: restart sums exactly instead of carrying noise
-            self.sum = 0.0
-            self.sum_c = 0.0
-            self.s1 = 0.0
-            self.s1_c = 0.0
-            self.s2 = 0.0
-            self.s2_c = 0.0
-            self.shift_set = False
-        else:
-            if self.need_sum:
-                two_sum(self.sum, self.sum_c, -v)
-            if self.need_sq:
-                var d = v - self.shift
-                two_sum(self.s1, self.s1_c, -d)
-                add_square(self.s2, self.s2_c, d, -1.0)
+        frame_remove(self.sums, self.moments, v, self.need_sum, self.need_sq)
         if self.need_distinct:
             var k = Int(bitcast_key(v))
             var c = self.distinct.get(k, 0)
@@ -232,13 +199,13 @@ struct Sliding(FrameAggregator, Movable):
             var has = True
             var v: Float64 = 0.0
             if c.agg == A_COUNT:
-                v = Float64(self.count)
+                v = Float64(self.count())
             elif c.agg == A_SUM:
-                has = self.count > 0
-                v = self.sum + self.sum_c
+                has = self.count() > 0
+                v = sum_total(self.sums)
             elif c.agg == A_MEAN:
-                has = self.count > 0
-                v = (self.sum + self.sum_c) / Float64(self.count) if has else 0.0
+                has = self.count() > 0
+                v = sum_total(self.sums) / Float64(self.count()) if has else 0.0
             elif c.agg == A_MIN:
                 has = self.qmin_t > self.qmin_h
                 if has:
@@ -248,9 +215,9 @@ struct Sliding(FrameAggregator, Movable):
                 if has:
                     v = self.svals[unsafe_offset=Int(self.qmax[unsafe_offset=self.qmax_h])]
             elif c.agg == A_STD or c.agg == A_VAR:
-                has = self.count > 1
+                has = self.count() > 1
                 if has:
-                    v = sample_variance(self.s1, self.s1_c, self.s2, self.s2_c, self.count)
+                    v = moments_variance(self.moments, self.count())
                     if c.agg == A_STD:
                         v = sqrt(v)
             elif c.agg == A_FIRST:

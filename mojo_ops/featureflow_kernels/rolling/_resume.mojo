@@ -49,7 +49,14 @@ from featureflow_kernels.abi import (
 )
 from featureflow_kernels.buffers import set_valid, store
 from featureflow_kernels.agg.sliding import Sliding
-from featureflow_kernels.agg.sums import add_square, sample_variance, two_sum
+from featureflow_kernels.agg.deletable import (
+    Moments,
+    Sums,
+    frame_add,
+    frame_remove,
+    moments_variance,
+    sum_total,
+)
 from featureflow_kernels.rolling._frames import frame_lower
 
 
@@ -66,25 +73,23 @@ comptime F_SHIFT_SET = 2
 
 @fieldwise_init
 struct FrameState(Copyable, Movable):
-    """The aggregates of a key's rows with ts in [low, t_last] (module docstring).
-    `min`/`max` are meaningful while count > 0; the moments are of x - shift."""
+    """The aggregates of a key's rows with ts in [low, t_last] (module docstring):
+    the deletable half of the contract (`agg/deletable`: `Sums`, `Moments`) and the
+    frame's min and max as values (meaningful while count > 0)."""
 
-    var count: Int
-    var sum: Float64
-    var sum_c: Float64
-    var shift: Float64
-    var shift_set: Bool
-    var s1: Float64
-    var s1_c: Float64
-    var s2: Float64
-    var s2_c: Float64
+    var sums: Sums
+    var moments: Moments
     var min: Float64
     var max: Float64
 
     @staticmethod
     def empty() -> FrameState:
         """The state of no rows (a walk's frame after `Sliding.reset`)."""
-        return FrameState(0, 0.0, 0.0, 0.0, False, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        return FrameState(Sums.empty(), Moments.empty(), 0.0, 0.0)
+
+    @always_inline
+    def count(self) -> Int:
+        return Int(self.sums.n)
 
     @staticmethod
     def clip(frames: Int, at: Int) -> Int:
@@ -109,15 +114,15 @@ struct FrameState(Copyable, Movable):
         var w = i64p(frames)
         var f = f64p(frames)
         return FrameState(
-            Int(w[unsafe_offset=at + 3]),
-            f[unsafe_offset=at + 4],
-            f[unsafe_offset=at + 5],
-            f[unsafe_offset=at + 6],
-            (Int(w[unsafe_offset=at]) & F_SHIFT_SET) != 0,
-            f[unsafe_offset=at + 7],
-            f[unsafe_offset=at + 8],
-            f[unsafe_offset=at + 9],
-            f[unsafe_offset=at + 10],
+            Sums(w[unsafe_offset=at + 3], f[unsafe_offset=at + 4], f[unsafe_offset=at + 5]),
+            Moments(
+                f[unsafe_offset=at + 7],
+                f[unsafe_offset=at + 8],
+                f[unsafe_offset=at + 9],
+                f[unsafe_offset=at + 10],
+                f[unsafe_offset=at + 6],
+                (Int(w[unsafe_offset=at]) & F_SHIFT_SET) != 0,
+            ),
             f[unsafe_offset=at + 11],
             f[unsafe_offset=at + 12],
         )
@@ -132,7 +137,10 @@ struct FrameState(Copyable, Movable):
         if s.need_max and s.qmax_t > s.qmax_h:
             mx = s.svals[unsafe_offset=Int(s.qmax[unsafe_offset=s.qmax_h])]
         return FrameState(
-            s.count, s.sum, s.sum_c, s.shift, s.shift_set, s.s1, s.s1_c, s.s2, s.s2_c, mn, mx
+            s.sums,
+            s.moments,
+            mn,
+            mx,
         )
 
     def write(self, frames: Int, at: Int, t_last: Int, low: Int, clip: Int):
@@ -140,56 +148,32 @@ struct FrameState(Copyable, Movable):
         `clip`: the time before which the caller drops rows."""
         var w = i64p(frames)
         var f = f64p(frames)
-        var flags = F_VALID | (F_SHIFT_SET if self.shift_set else 0)
+        var flags = F_VALID | (F_SHIFT_SET if self.moments.shift_set() else 0)
         w[unsafe_offset=at] = Int64(flags)
         w[unsafe_offset=at + 1] = Int64(t_last)
         w[unsafe_offset=at + 2] = Int64(low)
-        w[unsafe_offset=at + 3] = Int64(self.count)
-        f[unsafe_offset=at + 4] = self.sum
-        f[unsafe_offset=at + 5] = self.sum_c
-        f[unsafe_offset=at + 6] = self.shift
-        f[unsafe_offset=at + 7] = self.s1
-        f[unsafe_offset=at + 8] = self.s1_c
-        f[unsafe_offset=at + 9] = self.s2
-        f[unsafe_offset=at + 10] = self.s2_c
+        w[unsafe_offset=at + 3] = self.sums.n
+        f[unsafe_offset=at + 4] = self.sums.s
+        f[unsafe_offset=at + 5] = self.sums.s_c
+        f[unsafe_offset=at + 6] = self.moments.shift()
+        f[unsafe_offset=at + 7] = self.moments.s1()
+        f[unsafe_offset=at + 8] = self.moments.s1_c()
+        f[unsafe_offset=at + 9] = self.moments.s2()
+        f[unsafe_offset=at + 10] = self.moments.s2_c()
         f[unsafe_offset=at + 11] = self.min
         f[unsafe_offset=at + 12] = self.max
         w[unsafe_offset=at + 13] = Int64(clip)
 
     @always_inline
     def add_sums(mut self, s: Sliding, v: Float64):
-        """Value v (not NaN) enters the count, sums and moments."""
-        self.count += 1
-        if s.need_sum:
-            two_sum(self.sum, self.sum_c, v)
-        if s.need_sq:
-            if not self.shift_set:
-                self.shift = v
-                self.shift_set = True
-            var d = v - self.shift
-            two_sum(self.s1, self.s1_c, d)
-            add_square(self.s2, self.s2_c, d, 1.0)
+        """Value v (not NaN) enters the count, sums and moments, as in `Sliding.add`."""
+        frame_add(self.sums, self.moments, v, s.need_sum, s.need_sq)
 
     @always_inline
     def remove_sums(mut self, s: Sliding, v: Float64):
         """Value v (not NaN) leaves the count, sums and moments (all reset when the
         frame empties, as in `Sliding.remove`)."""
-        self.count -= 1
-        if self.count == 0:
-            self.sum = 0.0
-            self.sum_c = 0.0
-            self.s1 = 0.0
-            self.s1_c = 0.0
-            self.s2 = 0.0
-            self.s2_c = 0.0
-            self.shift_set = False
-            return
-        if s.need_sum:
-            two_sum(self.sum, self.sum_c, -v)
-        if s.need_sq:
-            var d = v - self.shift
-            two_sum(self.s1, self.s1_c, -d)
-            add_square(self.s2, self.s2_c, d, -1.0)
+        frame_remove(self.sums, self.moments, v, s.need_sum, s.need_sq)
 
     @always_inline
     def add(mut self, s: Sliding, v: Float64):
@@ -198,9 +182,9 @@ struct FrameState(Copyable, Movable):
             return
         self.add_sums(s, v)
         # the newest of equal extremes wins, as in Sliding's deques
-        if self.count == 1 or v <= self.min:
+        if self.count() == 1 or v <= self.min:
             self.min = v
-        if self.count == 1 or v >= self.max:
+        if self.count() == 1 or v >= self.max:
             self.max = v
 
     @always_inline
@@ -210,7 +194,7 @@ struct FrameState(Copyable, Movable):
         if isnan(v):
             return True
         self.remove_sums(s, v)
-        if self.count == 0:
+        if self.count() == 0:
             return True
         if s.need_min and v <= self.min:
             return False
@@ -222,27 +206,28 @@ struct FrameState(Copyable, Movable):
         """Output row `row` of every column, as `Sliding.emit` writes it, with the
         frame's min `mn` and max `mx`; a row without a value has its validity bit
         cleared (the row may have been written before)."""
+        var count = self.count()
         for ref c in cols:
             var has = True
             var v: Float64 = 0.0
             if c.agg == A_COUNT:
-                v = Float64(self.count)
+                v = Float64(count)
             elif c.agg == A_SUM:
-                has = self.count > 0
-                v = self.sum + self.sum_c
+                has = count > 0
+                v = sum_total(self.sums)
             elif c.agg == A_MEAN:
-                has = self.count > 0
-                v = (self.sum + self.sum_c) / Float64(self.count) if has else 0.0
+                has = count > 0
+                v = sum_total(self.sums) / Float64(count) if has else 0.0
             elif c.agg == A_MIN:
-                has = self.count > 0
+                has = count > 0
                 v = mn if has else 0.0
             elif c.agg == A_MAX:
-                has = self.count > 0
+                has = count > 0
                 v = mx if has else 0.0
             else:  # A_STD or A_VAR (the caller resumes no other aggregate)
-                has = self.count > 1
+                has = count > 1
                 if has:
-                    v = sample_variance(self.s1, self.s1_c, self.s2, self.s2_c, self.count)
+                    v = moments_variance(self.moments, count)
                     if c.agg == A_STD:
                         v = sqrt(v)
             store(c.data, c.dtype, row, v if has else 0.0)
@@ -534,7 +519,7 @@ def resume_window(
         state's left while others of the state stay): the outputs of q0..q1 written
         so far are then to be written again by the walk.
     """
-    var ex = Extremes(st.count, s, deques, fat)
+    var ex = Extremes(st.count(), s, deques, fat)
     var lo = 0
     var hi = n_leaving
     for q in range(q0, q1):
@@ -555,7 +540,7 @@ def resume_window(
             lo += 1
         ex.expire(lower)
         ex.drop_before(lo)
-        if st.count > 0 and not ex.known(s):
+        if st.count() > 0 and not ex.known(s):
             return False
         st.emit(s.cols, Int(qout[unsafe_offset=q]), ex.min(st, mv), ex.max(st, mv))
     while lo < hi and Int(mts[unsafe_offset=lo]) < keep_from:
@@ -567,7 +552,7 @@ def resume_window(
         lo += 1
     ex.expire(keep_from)
     ex.drop_before(lo)
-    if st.count > 0:
+    if st.count() > 0:
         if not ex.known(s):
             return False
         var mn = ex.min(st, mv)

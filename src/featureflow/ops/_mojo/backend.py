@@ -33,7 +33,9 @@ class NativeBackend:
         facts = module.abi()
         self._convert = int(facts["stream_convert"])
         self._bucketed = int(facts["stream_bucketed"])
-        self.frame_words = int(facts["frame_words"])
+        # 0 in a library before ABI 4 (loaded unchecked by bench/kernels_ab_inproc.py):
+        # no frame states are kept there
+        self.frame_words = int(facts.get("frame_words", 0))
         """Words of one (key, window) frame state (rolling/_resume.mojo)."""
 
     def _call(self, kernel: str, words: list[int] | np.ndarray, *extra: int) -> int:
