@@ -29,6 +29,7 @@ from micro_batches import micro_batches
 
 from featureflow.errors import StateError
 from featureflow.events import sample
+from featureflow.features import FrameStatesByColumn
 from featureflow.repo import StreamViewSpec
 from featureflow.spark import state as state_module
 from featureflow.spark.offline_sink import OfflineFeatureLog
@@ -51,8 +52,9 @@ class _WholeStore(StateStore):
     """The former layout: every version saved whole."""
 
     def save_events(self, partition: int, batch: int, events: pa.Table,
-                    delta: StateDelta | None = None, *, read_before: int | None = None) -> None:
-        super().save_events(partition, batch, events, read_before=read_before)
+                    delta: StateDelta | None = None, *, read_before: int | None = None,
+                    frames: FrameStatesByColumn | None = None) -> None:
+        super().save_events(partition, batch, events, read_before=read_before, frames=frames)
 
     def save_tiles(self, partition: int, batch: int, tiles: pa.Table,
                    delta: StateDelta | None = None, *, read_before: int | None = None) -> None:
