@@ -6,11 +6,20 @@ process tree every ``interval_s`` and keeps, per sample, the summed RSS of the
 workers, and per worker its peak: a worker holds its partitions' window state
 between micro-batches (:mod:`featureflow.spark.state`), so their growth over a
 run is the state's footprint plus what the kernels and Arrow allocate.
+
+A worker's size before any batch (the interpreter with pyarrow, Feast's
+repo, the Mojo kernels and the job's modules loaded) is not growth:
+:func:`baseline_bytes` measures it in a fresh process with the same imports,
+and :meth:`WorkerMemory.summary` reports each worker's peak above it. The
+summed RSS of the run's first and last tenth is kept beside it; its first
+tenth often sees fewer workers than the last, or workers still importing.
 Linux only (reads ``/proc/<pid>/{stat,status,cmdline}``).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,15 +65,43 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
+_BASELINE = """
+import sys
+import pyspark.daemon, pyspark.worker  # noqa: F401  (what a forked worker starts from)
+from featureflow import ops, online, schema  # noqa: F401
+from featureflow.repo import cached_store
+from featureflow.spark import topic_pass  # noqa: F401
+ops.backend()  # loads the kernels
+cached_store(sys.argv[1])
+for line in open("/proc/self/status"):
+    if line.startswith("VmRSS:"):
+        print(int(line.split()[1]) * 1024)
+"""
+
+
+def baseline_bytes(repo: str, env: dict[str, str] | None = None) -> int:
+    """RSS of a fresh Python that loaded what a worker loads before its first batch:
+    pyspark's worker modules, the job's modules, the kernels and ``repo``'s Feast store."""
+    done = subprocess.run(
+        [sys.executable, "-c", _BASELINE, repo], capture_output=True, text=True,
+        env=env, check=True,
+    )  # fmt: skip
+    return int(done.stdout.split()[-1])
+
+
 @dataclass(eq=False)
 class WorkerMemory(threading.Thread):
     """Samples the Python workers under ``root_pid`` until :meth:`stop`."""
 
     root_pid: int
-    interval_s: float = 1.0
+    baseline_bytes: int = 0
+    """A worker's RSS before any batch (:func:`baseline_bytes`); 0: not measured."""
+    interval_s: float = 0.5
     samples: list[tuple[float, int]] = field(default_factory=list)
     """(monotonic s, summed worker RSS bytes) per sample."""
     peak_by_worker: dict[int, int] = field(default_factory=dict)
+    by_worker: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
+    """Per worker pid: (monotonic s, RSS bytes) per sample."""
 
     def __post_init__(self) -> None:
         super().__init__(daemon=True)
@@ -74,17 +111,26 @@ class WorkerMemory(threading.Thread):
         while not self._stopped.wait(self.interval_s):
             workers = [pid for pid in _descendants(self.root_pid) if _is_python_worker(pid)]
             sizes = {pid: _rss_bytes(pid) for pid in workers}
+            now = time.monotonic()
             for pid, size in sizes.items():
                 self.peak_by_worker[pid] = max(size, self.peak_by_worker.get(pid, 0))
-            self.samples.append((time.monotonic(), sum(sizes.values())))
+                self.by_worker.setdefault(pid, []).append((now, size))
+            self.samples.append((now, sum(sizes.values())))
 
     def stop(self) -> None:
         self._stopped.set()
         self.join(10)
 
     def summary(self) -> dict[str, Any]:
-        """Peak summed RSS, the largest worker's peak, and the summed RSS in the first and
-        last tenth of the samples that saw any worker (MiB)."""
+        """Peak summed RSS, the largest worker's peak, the summed RSS in the first and
+        last tenth of the samples that saw any worker, the baseline and the workers'
+        growth: each worker's peak above the baseline, summed (MiB). The daemon, which
+        only forks workers, stays under the baseline and adds nothing.
+
+        ``kept_growth_mib`` is what the workers keep between tasks at the run's end:
+        per worker alive then, its lowest RSS in the run's last tenth (a worker
+        between tasks holds its state; a batch's transient columns are gone) above
+        the baseline, summed. ``growth_mib`` adds a batch's transient peak to it."""
         busy = [size for _, size in self.samples if size > 0]
         if not busy:
             return {"samples": 0}
@@ -97,4 +143,21 @@ class WorkerMemory(threading.Thread):
             "peak_worker_mib": round(max(self.peak_by_worker.values()) / mib, 1),
             "first_tenth_mib": round(max(busy[:tenth]) / mib, 1),
             "last_tenth_mib": round(max(busy[-tenth:]) / mib, 1),
+            "baseline_mib": round(self.baseline_bytes / mib, 1),
+            "growth_mib": round(
+                sum(max(0, peak - self.baseline_bytes) for peak in self.peak_by_worker.values())
+                / mib, 1,
+            ) if self.baseline_bytes else None,
+            "kept_growth_mib": round(self._kept_growth_bytes() / mib, 1)
+            if self.baseline_bytes else None,
         }
+
+    def _kept_growth_bytes(self) -> int:
+        start, end = self.samples[0][0], self.samples[-1][0]
+        last_tenth = end - (end - start) / 10
+        kept = 0
+        for series in self.by_worker.values():
+            late = [size for at, size in series if at >= last_tenth]
+            if late:
+                kept += max(0, min(late) - self.baseline_bytes)
+        return kept

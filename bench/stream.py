@@ -21,8 +21,9 @@
    charts p50/p99 against the rate (``bench/results/stream_freshness.png``).
    Memory, per featureflow run: the state after the last batch (events held,
    bytes, bytes per event) and the Python workers' RSS sampled from /proc
-   (``_worker_memory.py``): the peak, and its growth from the first to the last
-   tenth of the run against the state's size.
+   (``_worker_memory.py``): the peak, and the workers' growth above a fresh
+   worker's baseline (same imports, measured in the same run) against the
+   state's size.
 4. ``--phases``: where a micro-batch's time goes on the executors (state load,
    compute, online write, offline write, state save), replayed for one shuffle
    partition outside Spark with the job's own functions.
@@ -67,7 +68,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stream_peers import StreamRun, run_feast, run_read_floor, run_spark_window  # noqa: E402
-from _worker_memory import WorkerMemory  # noqa: E402
+from _worker_memory import WorkerMemory, baseline_bytes  # noqa: E402
 
 from featureflow.events import sample  # noqa: E402
 from featureflow.infra import kafka_broker, kafka_client  # noqa: E402
@@ -167,7 +168,7 @@ def run_job(repo: Path, bootstrap: str, checkpoint: Path, events: int, system: s
     log_path = checkpoint.parent / f"{checkpoint.name}.log"
     with log_path.open("w") as log_file:
         job = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=_env())
-        memory = WorkerMemory(job.pid)
+        memory = WorkerMemory(job.pid, baseline_bytes(str(repo), _env()))
         memory.start()
         returncode = job.wait()
         memory.stop()
@@ -492,8 +493,9 @@ def fixed_cost(args: argparse.Namespace, root: Path) -> str:
 def memory_table(runs: list[StreamRun]) -> str:
     """The featureflow runs' state after their last batch and their Python workers' RSS."""
     lines = ["| system | state events | state MiB | bytes / event | workers' peak MiB "
-             "| largest worker MiB | first -> last tenth MiB | growth / state size |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| largest worker MiB | first -> last tenth MiB | worker baseline MiB "
+             "| kept growth MiB (/ state) | peak growth MiB (/ state) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for run in runs:
         if not run.memory.get("samples"):
             continue
@@ -502,14 +504,19 @@ def memory_table(runs: list[StreamRun]) -> str:
             last[batch["view"]] = batch
         rows_held = sum(b.get("state_rows") or 0 for b in last.values())
         bytes_held = sum(b.get("state_bytes") or 0 for b in last.values())
-        growth = run.memory["last_tenth_mib"] - run.memory["first_tenth_mib"]
+        growth = run.memory.get("growth_mib")
+        if growth is None:  # no baseline: the summed RSS's first to last tenth
+            growth = run.memory["last_tenth_mib"] - run.memory["first_tenth_mib"]
+        kept = run.memory.get("kept_growth_mib")
         state_mib = bytes_held / (1 << 20)
         lines.append(
             f"| {run.system} | {rows_held:,} | {state_mib:.0f} "
             f"| {bytes_held / rows_held if rows_held else 0:.1f} "
             f"| {run.memory['peak_total_mib']:,.0f} | {run.memory['peak_worker_mib']:,.0f} "
             f"| {run.memory['first_tenth_mib']:,.0f} -> {run.memory['last_tenth_mib']:,.0f} "
-            f"| {growth / state_mib if state_mib else float('nan'):.2f}x |"
+            f"| {run.memory.get('baseline_mib', 0):,.0f} "
+            f"| {'-' if kept is None else f'{kept:,.0f} ({kept / state_mib:.2f}x)'} "
+            f"| {growth:,.0f} ({growth / state_mib if state_mib else float('nan'):.2f}x) |"
         )
     return "\n".join(lines)
 

@@ -177,3 +177,37 @@ def test_frame_states_are_held_with_their_version_and_only_while_resident(
     store.save_events(0, 2, _events(3))  # the next batch kept none
     newest = store.load_events(0, before_batch=3)
     assert newest is not None and store.frames_of(0, newest) is None
+
+
+def test_a_worker_forgets_the_versions_another_worker_replaced(tmp_path: Path) -> None:
+    """Two workers take turns on a partition: the one that ran batch 3 holds version 3,
+    the other saves version 4. After its next task the first worker no longer holds
+    version 3 (nobody loads it from there again), keeps the partitions whose newest
+    version it holds, and leaves alone what this batch wrote. Its next load of the
+    partition is version 4, read from disk."""
+    store = StateStore(str(tmp_path), partitions=2)
+    drop_resident()
+    store.save_events(0, 3, _events(1, 2))
+    store.save_events(1, 3, _events(7))
+    first_worker = dict(state_module._RESIDENT)
+    store.save_events(0, 4, _events(1, 2, 3))  # the other worker's task of batch 4
+    store.save_events(1, 5, _events(7, 8))  # this batch's own save (batch 5)
+    state_module._RESIDENT.clear()
+    state_module._RESIDENT.update(first_worker)
+    [part_1] = [key for key in first_worker if key[1].endswith("part-00001")]
+    state_module._RESIDENT[part_1] = state_module._RESIDENT[part_1]._replace(version=(5, 0))
+    assert state_module.drop_superseded(5) == 1
+    assert [key[1][-10:] for key in state_module._RESIDENT] == ["part-00001"]
+    assert store.load_events(0, before_batch=5) == _events(1, 2, 3)
+
+
+def test_a_held_version_still_the_newest_stays_resident(tmp_path: Path) -> None:
+    store = StateStore(str(tmp_path), partitions=1)
+    drop_resident()
+    store.save_events(0, 2, _events(5))
+    assert state_module.drop_superseded(9) == 0
+    assert len(state_module._RESIDENT) == 1
+    for path in tmp_path.rglob("batch-2.arrow"):
+        path.unlink()  # storage lost the file: the held copy defines nothing any more
+    assert state_module.drop_superseded(9) == 1
+    assert not state_module._RESIDENT

@@ -66,7 +66,9 @@ listing when the worker holds ``v`` and the listing shows the same file;
 otherwise (a replay, which reads an older version; a task that ran on
 another worker; a rewritten or damaged file) the version is rebuilt from
 disk. What a worker holds is a version's exact content, so outputs do not
-depend on where a task runs. Workers hold at most
+depend on where a task runs. After each task a worker forgets the versions
+another worker has since replaced (:func:`drop_superseded`), so two workers
+do not both keep every partition. Workers hold at most
 ``FEATUREFLOW_RESIDENT_STATE_BYTES`` (default 4 GiB) of state, the partitions
 used least recently leaving first.
 
@@ -174,6 +176,37 @@ def _resident_limit_bytes() -> int:
 def drop_resident() -> None:
     """Forget every version this worker holds (the next loads read from disk)."""
     _RESIDENT.clear()
+
+
+def drop_superseded(current_batch: int) -> int:
+    """Forget the versions this worker holds that a later version on disk replaced.
+
+    In a reused worker a partition's tasks land on whichever worker is idle, so
+    a worker that ran partition ``p`` in batch ``b`` while another ran it in
+    ``b + 1`` holds a version nobody will load from it again (a later load finds
+    the newer file and rebuilds). Each held version older than
+    ``current_batch`` is checked with one listing of its directory; those with
+    a newer version there, or whose file is gone, are dropped, so a worker's
+    memory follows the partitions it serves, not every partition it ever
+    served. Returns how many it dropped.
+    """
+    dropped = 0
+    for key, held in list(_RESIDENT.items()):
+        if held.version[0] >= current_batch:
+            continue
+        root, directory = key
+        filesystem, _ = filesystem_of(root)
+        try:
+            infos = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+        except OSError:
+            continue  # storage unreachable now: the next load decides
+        files = _state_files(infos)
+        newest = max(files, default=None)
+        current = held.version in files and files[held.version].holds(held.file)
+        if not current or (newest is not None and newest > held.version):
+            del _RESIDENT[key]
+            dropped += 1
+    return dropped
 
 
 def _hold(key: tuple[str, str], held: _Held) -> None:

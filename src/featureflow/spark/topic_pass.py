@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
-from featureflow.spark import failpoints
+from featureflow.spark import failpoints, state, worker_memory
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -133,6 +133,13 @@ def view_row(view: str, partition: int, stats: dict[str, object]) -> pa.RecordBa
     )  # fmt: skip
 
 
+def after_task(batch_id: int) -> None:
+    """What a worker sheds once a task of micro-batch ``batch_id`` is done: the state
+    versions other workers replaced, and the allocators' free pages."""
+    state.drop_superseded(batch_id)
+    worker_memory.release_unused()
+
+
 def _partition_id() -> int:
     from pyspark import TaskContext
 
@@ -158,6 +165,7 @@ class TopicPass:
         received = [batch for batch in batches if batch.num_rows]
         if received:
             yield from self.run_partition(_partition_id(), pa.Table.from_batches(received))
+        after_task(self.batch_id)
 
     def run_partition(self, partition: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
         """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark too)."""
@@ -205,3 +213,4 @@ class SessionCloser:
         ):
             yield view_row(task.spec.name, partition, stats)
         failpoints.reach("mid_session_close", self.batch_id)
+        after_task(self.batch_id)
