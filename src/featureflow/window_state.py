@@ -149,6 +149,7 @@ def rolling_step(
     *,
     touched_only: bool = True,
     frames: FrameStatesByColumn | None = None,
+    frames_owned: bool = False,
 ) -> StateStep:
     """:func:`rolling_outputs` with the state's deltas: the new events appended, then the
     runs compacted at the earliest time a future frame reaches (runs), or the events
@@ -159,10 +160,14 @@ def rolling_step(
     entity's frames at its latest event, on the Mojo backend); given back as ``frames``
     with the state table they came with (``kept``) as the next batch's state, they let
     its frames resume instead of summing each touched entity's window again, so the
-    batch costs what enters and leaves the frames. Other ``frames`` are wrong inputs."""
+    batch costs what enters and leaves the frames. Other ``frames`` are wrong inputs.
+    ``frames_owned``: the caller needs ``frames`` no more (the job took them from its
+    state store), so the step may update them in place into ``StateStep.frames``."""
     key_type = events.schema.field(spec.join_key).type
     if not tiles.compactable(spec) and pa.types.is_integer(key_type):
-        return _rolling_at_queries(events, new_rows, spec, watermark_ns, touched_only, frames)
+        return _rolling_at_queries(
+            events, new_rows, spec, watermark_ns, touched_only, frames, frames_owned
+        )
     appended = events.slice(events.num_rows - new_rows)
     events, is_new = in_time_order(events, new_rows)
     computed = events
@@ -199,7 +204,7 @@ def _keep_from_ns(spec: StreamViewSpec, watermark_ns: int) -> int:
 
 def _rolling_at_queries(
     events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int,
-    touched_only: bool, frames: FrameStatesByColumn | None,
+    touched_only: bool, frames: FrameStatesByColumn | None, frames_owned: bool = False,
 ) -> StateStep:  # fmt: skip
     """:func:`rolling_step` of a view whose state is runs (see :func:`rolling_outputs`)."""
     key = spec.join_key
@@ -233,7 +238,9 @@ def _rolling_at_queries(
         # no row left the runs: the other entities' frames still hold only rows the
         # runs have, so they stay resumable
         kept_frames = {
-            column: frames[column].updated_by(states) if column in frames else states
+            column: frames[column].updated_by(states, in_place=frames_owned)
+            if column in frames
+            else states
             for column, states in kept_frames.items()
         }
     return StateStep(rows, history, kept, delta, frames=kept_frames or None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ops_rolling import assert_matches
@@ -109,7 +110,8 @@ def replay(
         dropped = sum(len(r[1]) for r in pruned) < sum(len(r[1]) for r in runs)
         runs = [r for r in pruned if len(r[1])]
         if kept is not None and frames is not None and not dropped:
-            kept = frames.updated_by(kept)  # the untouched keys' states stay valid
+            # the untouched keys' states stay valid; the old ones are not needed again
+            kept = frames.updated_by(kept, in_place=True)
         frames = kept
     return out
 
@@ -186,14 +188,25 @@ def test_frame_states_merge_by_key() -> None:
     old=st.sets(st.integers(-50, 50), max_size=20),
     new=st.sets(st.integers(-50, 50), max_size=20),
 )
-def test_updated_by_is_a_merge_by_key_where_the_newer_wins(old: set[int], new: set[int]) -> None:
+@pytest.mark.parametrize("in_place", [False, True])
+def test_updated_by_is_a_merge_by_key_where_the_newer_wins(
+    old: set[int], new: set[int], in_place: bool
+) -> None:
+    """In place or not, the same merge; in place writes into the old arrays exactly
+    when the newer keys are all among the old ones (else it copies, as it must)."""
+
     def states(keys: set[int], tag: int) -> ops.FrameStates:
         ordered = np.array(sorted(keys), dtype=np.int64)
         words = np.stack([ordered * 10 + tag, ordered], axis=1).reshape(len(ordered), 1, 2)
         return ops.FrameStates(ordered, words, ())
 
-    both = states(old, 1).updated_by(states(new, 2))
+    before = states(old, 1)
+    both = before.updated_by(states(new, 2), in_place=in_place)
     assert both.keys.tolist() == sorted(old | new)
     expected = [k * 10 + (2 if k in new else 1) for k in sorted(old | new)]
     assert both.words[:, 0, 0].tolist() == expected
     assert both.words[:, 0, 1].tolist() == sorted(old | new)
+    shared = np.shares_memory(both.words, before.words)
+    assert shared == (in_place and bool(old) and bool(new) and new <= old)
+    if not in_place:
+        assert before.words[:, 0, 0].tolist() == [k * 10 + 1 for k in sorted(old)]

@@ -168,15 +168,17 @@ def test_frame_states_are_held_with_their_version_and_only_while_resident(
     store.save_events(0, 0, _events(1), frames=frames)
     held = store.load_events(0, before_batch=1)
     assert held is not None
-    assert store.frames_of(0, held) is frames
-    assert store.frames_of(0, _events(1)) is None  # equal, but not the table held
+    assert store.take_frames(0, _events(1)) is None  # equal, but not the table held
+    assert store.take_frames(0, held) is frames
+    assert store.take_frames(0, held) is None  # taken: a failed batch leaves none behind
+    assert store.load_events(0, before_batch=1) is held  # the table itself stays held
     drop_resident()
     rebuilt = store.load_events(0, before_batch=1)
-    assert rebuilt is not None and store.frames_of(0, rebuilt) is None
+    assert rebuilt is not None and store.take_frames(0, rebuilt) is None
     store.save_events(0, 1, _events(2), frames=frames)
     store.save_events(0, 2, _events(3))  # the next batch kept none
     newest = store.load_events(0, before_batch=3)
-    assert newest is not None and store.frames_of(0, newest) is None
+    assert newest is not None and store.take_frames(0, newest) is None
 
 
 def test_a_worker_forgets_the_versions_another_worker_replaced(tmp_path: Path) -> None:

@@ -75,10 +75,21 @@ class FrameStates:
             out[found] = self.words[at[found]]
         return out
 
-    def updated_by(self, newer: FrameStates) -> FrameStates:
-        """These states with ``newer``'s keys replaced or added (newer wins)."""
+    def updated_by(self, newer: FrameStates, *, in_place: bool = False) -> FrameStates:
+        """These states with ``newer``'s keys replaced or added (newer wins).
+
+        ``in_place``: the caller owns these states and needs them no more, so when
+        ``newer`` only replaces keys they hold, it writes into their arrays instead
+        of copying them (a batch touches a few of the entities whose frames it
+        carries: the copy cost more than the kernel's resume).
+        """
         if not len(self.keys):
             return newer
+        if in_place and self.signature == newer.signature and len(newer.keys):
+            at = np.minimum(np.searchsorted(self.keys, newer.keys), len(self.keys) - 1)
+            if bool(np.all(self.keys[at] == newer.keys)):
+                self.words[at] = newer.words
+                return FrameStates(self.keys, self.words, newer.signature)
         # both key arrays are sorted: membership and the merge by binary search
         at = np.minimum(np.searchsorted(newer.keys, self.keys), max(len(newer.keys) - 1, 0))
         stays = newer.keys[at] != self.keys if len(newer.keys) else np.ones(len(self.keys), bool)

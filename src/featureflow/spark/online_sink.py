@@ -176,9 +176,10 @@ class ViewTask:
         if self.spec.is_session_view:
             step = session_step(events, new_rows, self.spec, self.watermark_ns)
         else:
-            frames = None if prior is None else self.state.frames_of(partition, prior)
+            frames = None if prior is None else self.state.take_frames(partition, prior)
             step = rolling_step(
-                events, new_rows, self.spec, self.watermark_ns, prior_tiles, frames=frames
+                events, new_rows, self.spec, self.watermark_ns, prior_tiles, frames=frames,
+                frames_owned=True,
             )
         clock.lap("compute")
         if not new_rows and not step.history.num_rows:

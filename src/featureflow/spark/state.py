@@ -151,7 +151,7 @@ the session closer's pass over the state that pass left is step 1."""
 class _Held(NamedTuple):
     """A version this worker holds: the file that defines it (its delta, or its snapshot
     when it has no delta: name, size, modification time), its content, and the frame
-    states the batch that wrote it computed with it (:meth:`StateStore.frames_of`)."""
+    states the batch that wrote it computed with it (:meth:`StateStore.take_frames`)."""
 
     version: Version
     file: tuple[str, int, int | None]
@@ -422,12 +422,22 @@ class StateStore:
         """The partition's events as left by the newest batch before ``before_batch``."""
         return self._load_table(self._partition_dir(partition), before_batch)
 
-    def frames_of(self, partition: int, events: pa.Table) -> FrameStatesByColumn | None:
+    def take_frames(self, partition: int, events: pa.Table) -> FrameStatesByColumn | None:
         """The frame states held with ``events`` (the very table :meth:`load_events`
         returned, held since the batch that saved it with them), else None: a version
-        rebuilt from files, or replaced since, comes without them."""
-        held = _RESIDENT.get((self.root, self._partition_dir(partition)))
-        return held.frames if held is not None and held.table is events else None
+        rebuilt from files, or replaced since, comes without them.
+
+        Taking them leaves ``events`` held without frames: the caller owns them and may
+        update them in place for its own batch's version (:meth:`save_events` holds
+        that one with them). A batch that fails in between leaves no half-updated
+        frames behind; its retry computes them from the rows.
+        """
+        key = (self.root, self._partition_dir(partition))
+        held = _RESIDENT.get(key)
+        if held is None or held.table is not events or held.frames is None:
+            return None
+        _RESIDENT[key] = held._replace(frames=None)
+        return held.frames
 
     def save_events(
         self, partition: int, batch: int, events: pa.Table, delta: StateDelta | None = None,
