@@ -140,7 +140,8 @@ def after_task(batch_id: int) -> None:
     The allocators' free pages stay: handing them back after each task
     (``malloc_trim``, Arrow's ``release_unused``) lowered the workers' RSS between
     tasks but not their peak, which is what a memory limit must hold, and each next
-    batch paid the page faults again (0.5 s per GiB touched anew on this VM).
+    batch paid the page faults again (0.5 s per GiB on a VM that reports freed
+    pages to its host).
     """
     state.drop_superseded(batch_id)
 
