@@ -82,6 +82,30 @@ def test_a_lock_left_by_a_sigkilled_process_is_taken_over(
     assert not (checkpoint / cl.LOCK_NAME).exists()  # released
 
 
+def test_taking_over_makes_what_the_killed_job_left_owner_only(tmp_path: Path) -> None:
+    """Hadoop's local filesystem sets a file's mode after creating it under the umask: a
+    job killed in between leaves e.g. Spark's offsets ``.tmp`` file at 0644."""
+    checkpoint = tmp_path / "checkpoint"
+    holder = _holder_process(checkpoint)
+    offsets = checkpoint / "view" / "offsets"
+    offsets.mkdir(parents=True, mode=0o700)
+    left = offsets / ".3.5f0c.tmp"
+    left.write_bytes(b"v1")
+    left.chmod(0o644)
+    done = offsets / "2"
+    done.write_bytes(b"v1")
+    done.chmod(0o600)
+    loose_dir = checkpoint / "view" / "commits"
+    loose_dir.mkdir(mode=0o755)
+    loose_dir.chmod(0o755)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait()
+    with CheckpointLock.acquire(str(checkpoint)):
+        assert left.stat().st_mode & 0o777 == 0o600
+        assert done.stat().st_mode & 0o777 == 0o600
+        assert loose_dir.stat().st_mode & 0o777 == 0o700
+
+
 def test_a_reused_pid_does_not_hold_the_lock(tmp_path: Path) -> None:
     """The recorded pid runs, but it is another process: its start time differs."""
     checkpoint = tmp_path / "checkpoint"

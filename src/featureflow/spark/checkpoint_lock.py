@@ -387,6 +387,7 @@ class CheckpointLock:
                 )  # fmt: skip
                 files.remove()
                 if files.create(mine.to_bytes()):
+                    _restrict_left_files(filesystem, directory)
                     break
         else:  # pragma: no cover - ten races in a row
             msg = f"could not take the lock of checkpoint {checkpoint}: it keeps changing hands"
@@ -437,6 +438,14 @@ class CheckpointLock:
 
     def __exit__(self, *_exc: object) -> None:
         self.release()
+
+
+def _restrict_left_files(filesystem: pafs.FileSystem, directory: str) -> None:
+    """Make owner-only again what a killed job may have left looser in its checkpoint
+    (:func:`~featureflow.spark.file_modes.restrict_tree`); local filesystems only."""
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        for path in file_modes.restrict_tree(directory):
+            log.info("gave %s the job's file mode (left by the job that is gone)", path)
 
 
 def _with_heartbeat(holder: LockHolder, now_ns: int) -> LockHolder:

@@ -20,6 +20,7 @@ permissions (local, HDFS); S3 has no per-file modes (use bucket policies).
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 
 import pyarrow.fs as pafs
@@ -115,6 +116,33 @@ def restrict(paths: Iterable[str]) -> None:
     for path in paths:
         if os.path.isfile(path):
             os.chmod(path, mode)
+
+
+def restrict_tree(directory: str) -> list[str]:
+    """Take group and other bits beyond :func:`file_mode` (:func:`dir_mode` for
+    directories) from everything below a local ``directory``; returns the paths changed.
+
+    For a checkpoint whose last job was killed: Hadoop's local filesystem creates a
+    file under the process umask and only then sets the job's mode, so a writer
+    killed between the two (Spark's offsets log writes ``.<n>.<uuid>.tmp`` and renames
+    it) leaves a file as loose as the umask. The directories above keep it from other
+    users; this makes the file itself owner-only again. No-op where ``directory`` is
+    missing.
+    """
+    files, dirs = file_mode(), dir_mode()
+    changed = []
+    for root, directories, names in os.walk(directory):
+        for name, allowed in [*((d, dirs) for d in directories), *((n, files) for n in names)]:
+            path = os.path.join(root, name)
+            try:
+                current = os.lstat(path).st_mode
+            except FileNotFoundError:
+                continue  # removed meanwhile (a rename of Spark's)
+            if stat.S_ISLNK(current) or stat.S_IMODE(current) & ~allowed == 0:
+                continue
+            os.chmod(path, stat.S_IMODE(current) & allowed)
+            changed.append(path)
+    return changed
 
 
 def restrict_online_store(repo_path: str) -> None:
