@@ -7,6 +7,7 @@ Reads Feast's own objects (``FeatureStore``, ``StreamFeatureView``,
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -195,15 +196,17 @@ def load_store(repo_path: str | Path) -> FeatureStore:
 
 
 _cached_stores: dict[str, FeatureStore] = {}
+_cached_stores_lock = threading.Lock()
 
 
 def cached_store(repo_path: str | Path) -> FeatureStore:
     """:func:`load_store`, once per process and repo: Spark reuses its Python workers
     across tasks, and opening a repo (registry, config) costs more than a batch's write."""
     key = str(Path(repo_path).resolve())
-    if key not in _cached_stores:
-        _cached_stores[key] = load_store(key)
-    return _cached_stores[key]
+    with _cached_stores_lock:  # the driver's pass runs partitions on threads
+        if key not in _cached_stores:
+            _cached_stores[key] = load_store(key)
+        return _cached_stores[key]
 
 
 def stream_view_spec(view: StreamFeatureView) -> StreamViewSpec:

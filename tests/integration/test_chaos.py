@@ -16,6 +16,10 @@ the sessions close that ends it. After a final drain:
   features as of each user's latest event, and the sessions DuckDB computes;
 - offline equals an uninterrupted run's, row for row, and DuckDB's features
   of each event over the events that had arrived by its micro-batch.
+
+The uninterrupted run shuffles every micro-batch to the executors; the killed runs
+take turns between that and the driver's pass of small batches (the default here),
+so a batch killed on one path is re-run on the other.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ OPTIONS = (
     "--idle-partition-timeout", "1h",
 )  # fmt: skip
 TRIGGER = ("--trigger", "1 second")
+SHUFFLED = ("--driver-pass-records", "0")
+"""Every micro-batch through the shuffle; by default these small ones run on the driver."""
 KILLS = ("random", "mid_online_write", "random", "after_state_save", "random",
          "mid_offline_write", "random", "random")  # fmt: skip
 
@@ -132,8 +138,9 @@ def uninterrupted(
     tmp = tmp_path_factory.mktemp("uninterrupted")
     repo = copy_repo(tmp)
     apply(repo, chaos_topic.name)
-    log = run_job(repo, kafka_bootstrap, tmp / "checkpoint", *OPTIONS)
+    log = run_job(repo, kafka_bootstrap, tmp / "checkpoint", *OPTIONS, *SHUFFLED)
     assert _dead_letters(log) == {}
+    assert {report["pass_on"] for report in _metrics(log)} == {"executors"}
     return sorted_history(repo)
 
 
@@ -150,7 +157,10 @@ def _dead_letters(log: str) -> dict[str, int]:
 
 
 def _kill_and_restart(repo: Path, bootstrap: str, checkpoint: Path, tmp: Path) -> str:
-    """Run the job once per entry of ``KILLS``, each run SIGKILLed; returns the logs."""
+    """Run the job once per entry of ``KILLS``, each run SIGKILLed; returns the logs.
+
+    Every other run shuffles each micro-batch (the others run them on the driver), so
+    batches killed on one path are re-run on the other."""
     rng = random.Random(37)
     logs = []
     for attempt, kill in enumerate(KILLS):
@@ -161,7 +171,8 @@ def _kill_and_restart(repo: Path, bootstrap: str, checkpoint: Path, tmp: Path) -
             run_env[failpoints.ONCE_ENV] = str(tmp / f"failpoint-{attempt}")
         with log_path.open("wb") as out:
             job = subprocess.Popen(
-                job_command(repo, bootstrap, checkpoint, *OPTIONS, *TRIGGER),
+                job_command(repo, bootstrap, checkpoint, *OPTIONS, *TRIGGER,
+                            *(SHUFFLED if attempt % 2 else ())),
                 stdout=out, stderr=subprocess.STDOUT, env=run_env, start_new_session=True,
             )  # fmt: skip
             try:
@@ -264,6 +275,7 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
         logs += run_job(repo, kafka_bootstrap, checkpoint, *OPTIONS)
 
         assert _dead_letters(logs) == {}, "no event is late under per-partition watermarks"
+        assert {report["pass_on"] for report in _metrics(logs)} == {"driver", "executors"}
         lags = [report["watermark_lag_s"] for report in _metrics(logs)]
         assert lags and all(set(lag) == {"0", "1", "2"} for lag in lags if lag)
 

@@ -56,6 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--trigger", help="processing-time trigger interval, e.g. '5 seconds'")
     parser.add_argument("--partitions", type=int, help="partitions of the entity shuffle")
+    from featureflow.spark.pipeline import DEFAULT_DRIVER_PASS_RECORDS
+
+    parser.add_argument(
+        "--driver-pass-records", type=int, default=DEFAULT_DRIVER_PASS_RECORDS, metavar="N",
+        help="micro-batches of at most N Kafka records skip the shuffle: the driver runs "
+        "their views, keeping the state resident between batches (the low-latency path of "
+        "a continuous run; docs/latency.md); 0: always shuffle to the executors "
+        f"(default {DEFAULT_DRIVER_PASS_RECORDS})",
+    )  # fmt: skip
     parser.add_argument(
         "--metrics-port", type=int, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics"
     )
@@ -281,6 +290,7 @@ def _run(args: argparse.Namespace) -> int:
         available_now=args.available_now,
         trigger_interval=args.trigger,
         partitions=args.partitions,
+        driver_pass_records=args.driver_pass_records,
         dead_letter_topic=args.dead_letter_topic,
         offline_path=args.offline_path,
         kafka_options=_kafka_options(args.kafka_option, args.kafka_options_file),

@@ -69,8 +69,11 @@ class BatchReport:
     """Kafka partitions that, idle for longer than ``--idle-partition-timeout``, did not
     hold the view's watermark back at the end of this batch."""
     phases_s: dict[str, float] = field(default_factory=dict)
-    """Where the time went: the driver's Spark jobs (wall s) and the executors' phases
-    (seconds summed over partitions, which run in parallel)."""
+    """Where the time went: the driver's Spark jobs (wall s) and the phases of the views'
+    work (``executors_*``: seconds summed over partitions, which run in parallel;
+    ``driver_*``: the driver's pass of a small batch)."""
+    pass_on: str = "executors"
+    """Where the views ran: ``executors`` (shuffled) or ``driver`` (a small batch)."""
 
     @property
     def events_per_s(self) -> float:

@@ -52,8 +52,8 @@ STATS_SCHEMA = (
 """Spark DDL of what :class:`OnlineFeatureWriter` reports per partition."""
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
 """The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase.
-``online_write`` is the one write shared by all views of the topic (the same seconds in
-each view's row)."""
+``online_write`` is the one write shared by all views of the topic and, on the driver,
+all partitions (the same seconds in each of their rows)."""
 
 
 def write_online(store: FeatureStore, rows: Mapping[str, pa.Table]) -> None:
@@ -231,35 +231,43 @@ class ViewTask:
 
 
 def run_views(
-    tasks: list[ViewTask], repo_path: str, batch_id: int, partition: int,
-    received: Mapping[str, list[pa.RecordBatch]],
-) -> list[tuple[ViewTask, dict[str, object]]]:  # fmt: skip
-    """Every view of ``tasks`` over one partition: state loads and computes, one online
-    write for all of them, then per view the offline write and the state save.
+    tasks: list[ViewTask], repo_path: str, batch_id: int,
+    received: Mapping[int, Mapping[str, list[pa.RecordBatch]]],
+) -> list[tuple[int, ViewTask, dict[str, object]]]:  # fmt: skip
+    """Every view of ``tasks`` over each shuffle partition of ``received``: state loads
+    and computes, one online write for all of them, then per (partition, view) the
+    offline write and the state save.
 
-    ``received`` holds each view's new events (by view name). Returns the stats of
-    each view that changed something (:meth:`ViewTask.stats`). The states are saved
-    last, so a crash before leaves the previous versions for the replay.
+    ``received`` holds, per shuffle partition, each view's new events (by view name;
+    none: the views run on their state alone, as the session closer does). Returns
+    (partition, task, stats) of each view that changed something in a partition
+    (:meth:`ViewTask.stats`). The states are saved last, so a crash before leaves
+    the previous versions for the replay. Partitions hold distinct entities, so one
+    write of all their rows equals a write per partition.
     """
     done = [
-        (task, outputs)
+        (partition, task, outputs)
+        for partition, views in received.items()
         for task in tasks
-        if (outputs := task.compute(partition, received.get(task.spec.name, []))) is not None
+        if (outputs := task.compute(partition, views.get(task.spec.name, []))) is not None
     ]
     if not done:
         return []
+    rows: dict[str, list[pa.Table]] = {}
+    for _, task, outputs in done:
+        rows.setdefault(task.spec.name, []).append(outputs.rows)
     started = time.perf_counter()
     write_online_of_batch(
-        repo_path, batch_id, {task.spec.name: outputs.rows for task, outputs in done}
+        repo_path, batch_id, {view: pa.concat_tables(tables) for view, tables in rows.items()}
     )
     written_at = time.time_ns()
     online_s = time.perf_counter() - started
     results = []
-    for task, outputs in done:
+    for partition, task, outputs in done:
         outputs.clock.seconds["online_write"] = online_s
         freshness = freshness_histogram(outputs.new_ns, written_at)
         task.finish(partition, outputs)
-        results.append((task, task.stats(outputs, freshness)))
+        results.append((partition, task, task.stats(outputs, freshness)))
     return results
 
 
@@ -306,8 +314,8 @@ class OnlineFeatureWriter:
         or None when the batch changed nothing (the newest state version stays valid).
         """
         done = run_views(
-            [self._task()], self.repo_path, self.batch_id, partition, {self.spec.name: received}
+            [self._task()], self.repo_path, self.batch_id, {partition: {self.spec.name: received}}
         )
         if not done:
             return None
-        return pa.RecordBatch.from_pylist([done[0][1]])
+        return pa.RecordBatch.from_pylist([done[0][2]])

@@ -70,6 +70,12 @@ FUTURE_REASON = "in the future"
 MAX_LOGGED_BAD_RECORDS = 20
 """Bad records logged one by one per micro-batch; the rest are only counted."""
 
+DEFAULT_DRIVER_PASS_RECORDS = 20_000
+"""Micro-batches of at most this many Kafka records run their views on the driver
+(``--driver-pass-records``; :meth:`TopicBatchProcessor.pass_on_driver`)."""
+DRIVER, EXECUTORS = "driver", "executors"
+"""Where a micro-batch's views ran (``pass_on`` of the metrics)."""
+
 
 @dataclass
 class StreamOptions:
@@ -82,6 +88,8 @@ class StreamOptions:
     available_now: bool = False
     trigger_interval: str | None = None
     partitions: int | None = None
+    driver_pass_records: int = DEFAULT_DRIVER_PASS_RECORDS
+    """Micro-batches of at most this many records run their views on the driver (0: none)."""
     dead_letter_topic: str | None = None  # default: "<topic>.dlq"
     offline_path: str | None = None  # default: <repo>/data/offline
     kafka_options: dict[str, str] = field(default_factory=dict)
@@ -140,6 +148,7 @@ class MicroBatchProcessor:
         after its pass rows, so they give the partition's state)."""
         for row in stats:
             self.state_sizes[row["shuffle_partition"]] = (row["state_rows"], row["state_bytes"])
+        on_driver = topic_batch.pass_on == DRIVER
         report = BatchReport(
             view=self.spec.name,
             batch_id=topic_batch.batch_id,
@@ -155,10 +164,16 @@ class MicroBatchProcessor:
             phases_s={
                 **topic_batch.phases_s,
                 **{
-                    f"executors_{phase}": sum(row["seconds"][at] for row in stats)
+                    # on the driver the partitions ran one after the other, with one
+                    # online write for all of them
+                    f"{topic_batch.pass_on}_{phase}": _phase_seconds(
+                        [row["seconds"][at] for row in stats],
+                        shared=on_driver and phase == "online_write",
+                    )
                     for at, phase in enumerate(EXECUTOR_PHASES)
                 },
             },
+            pass_on=topic_batch.pass_on,
         )
         if stats:
             merged = np.sum([row["freshness"] for row in stats], axis=0)
@@ -191,6 +206,12 @@ class MicroBatchProcessor:
         metrics_log.info("%s", report.to_json())
         if self.exporter is not None:
             self.exporter.observe(report)
+
+
+def _phase_seconds(seconds: list[float], *, shared: bool) -> float:
+    """A phase's seconds over a batch's view rows: summed, or once when every row
+    reports the same shared work (the driver's one online write)."""
+    return max(seconds, default=0.0) if shared else sum(seconds)
 
 
 def mark_event_time(
@@ -257,6 +278,8 @@ class TopicBatch:
     duration_s: float
     """Wall seconds of the whole micro-batch (one pass for all the topic's views)."""
     phases_s: dict[str, float]
+    pass_on: str = EXECUTORS
+    """Where the views ran: :data:`DRIVER` or :data:`EXECUTORS`."""
 
 
 @dataclass
@@ -316,16 +339,27 @@ class TopicBatchProcessor:
         )
         # The views' state follows the watermark the batch was judged by (see topic_pass).
         tasks = tuple(view.task(batch_id, before.watermark_ns) for view in self.views)
+        selected = checked.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
         lap = time.monotonic()
-        out = (
-            checked.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
-            .repartition(lead.partitions, spec.join_key)
-            .mapInArrow(
-                topic_pass.TopicPass(tasks, lead.repo_path, batch_id), topic_pass.OUTPUT_SCHEMA
+        pass_on = DRIVER if self.pass_on_driver(batch_id) else EXECUTORS
+        if pass_on == DRIVER:
+            records = selected.select(
+                "*", topic_pass.shuffle_partition(spec.join_key, lead.partitions)
+            ).toArrow()
+            phases = {"read": time.monotonic() - lap}
+            lap = time.monotonic()
+            out = topic_pass.run_on_driver(tasks, lead.repo_path, batch_id, records)
+            phases["driver_pass"] = time.monotonic() - lap
+        else:
+            out = (
+                selected.repartition(lead.partitions, spec.join_key)
+                .mapInArrow(
+                    topic_pass.TopicPass(tasks, lead.repo_path, batch_id),
+                    topic_pass.OUTPUT_SCHEMA,
+                )
+                .toArrow()
             )
-            .toArrow()
-        )
-        phases = {"pass": time.monotonic() - lap}
+            phases = {"pass": time.monotonic() - lap}
         kinds = out.column("kind")
         counts = out.filter(pc.equal(kinds, topic_pass.COUNT))
         bad_by_reason: dict[str, int] = {}
@@ -346,12 +380,35 @@ class TopicBatchProcessor:
         stats = out.filter(pc.equal(kinds, topic_pass.VIEW)).to_pylist()
         topic_batch = TopicBatch(
             batch_id, clock_ns, after, int(pc.sum(counts.column("rows")).as_py() or 0),
-            bad_by_reason, time.monotonic() - started, phases,
+            bad_by_reason, time.monotonic() - started, phases, pass_on,
         )  # fmt: skip
         for view in self.views:
             view.report(topic_batch, [row for row in stats if row["view"] == view.spec.name])
         lead.state.save_watermarks(batch_id, after)
         failpoints.reach("after_state_save", batch_id)
+
+    def pass_on_driver(self, batch_id: int) -> bool:
+        """Whether micro-batch ``batch_id`` runs its views on the driver: it reads at most
+        ``--driver-pass-records`` Kafka records (known from Spark's offsets log, so a
+        re-run of the batch takes the same path).
+
+        A small batch costs mostly Spark's fixed work, and a shuffle stage of Python
+        tasks is most of that: 4 tasks of ~60 ms each before any of featureflow's work,
+        on 2 cores, against one collect of the parsed records. On the driver, every
+        shuffle partition runs in turn with the executors' own functions (Spark's hash
+        partition of the entity, :func:`~featureflow.spark.topic_pass.shuffle_partition`)
+        and one online write for all; its Python process keeps the states and frame
+        states between batches. Executors' Python workers could not: Spark hands a task
+        whichever idle worker waited longest, so one task a batch alternates between
+        them and each batch would rebuild its state from disk.
+        """
+        limit = self._lead.options.driver_pass_records
+        if limit <= 0 or self.checkpoint is None:
+            return False
+        from featureflow.spark import commit_log
+
+        records = commit_log.batch_records(self.checkpoint, batch_id)
+        return records is not None and records <= limit
 
     def _send_dead_letters(self, batch: DataFrame, dead: pa.Table) -> None:
         """Log the first bad records and append all of them to the dead-letter topic."""

@@ -94,6 +94,7 @@ import logging
 import os
 import re
 import secrets
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -173,9 +174,19 @@ def _resident_limit_bytes() -> int:
     return int(os.environ.get("FEATUREFLOW_RESIDENT_STATE_BYTES", 4 << 30))
 
 
+_RESIDENT_LOCK = threading.RLock()
+"""Guards :data:`_RESIDENT` and :data:`_RESIDENT_BYTES`: the driver's pass runs
+partitions on threads of one process."""
+_RESIDENT_BYTES: dict[tuple[str, str], int] = {}
+"""Per key of :data:`_RESIDENT`: its held bytes (``_Held.nbytes``, taken once: Arrow
+walks every chunk to tell a table's size)."""
+
+
 def drop_resident() -> None:
     """Forget every version this worker holds (the next loads read from disk)."""
-    _RESIDENT.clear()
+    with _RESIDENT_LOCK:
+        _RESIDENT.clear()
+        _RESIDENT_BYTES.clear()
 
 
 def drop_superseded(current_batch: int) -> int:
@@ -191,7 +202,9 @@ def drop_superseded(current_batch: int) -> int:
     served. Returns how many it dropped.
     """
     dropped = 0
-    for key, held in list(_RESIDENT.items()):
+    with _RESIDENT_LOCK:
+        held_now = list(_RESIDENT.items())
+    for key, held in held_now:
         if held.version[0] >= current_batch:
             continue
         root, directory = key
@@ -204,17 +217,24 @@ def drop_superseded(current_batch: int) -> int:
         newest = max(files, default=None)
         current = held.version in files and files[held.version].holds(held.file)
         if not current or (newest is not None and newest > held.version):
-            del _RESIDENT[key]
-            dropped += 1
+            with _RESIDENT_LOCK:
+                if _RESIDENT.get(key) is held:  # not replaced meanwhile
+                    del _RESIDENT[key]
+                    _RESIDENT_BYTES.pop(key, None)
+                    dropped += 1
     return dropped
 
 
 def _hold(key: tuple[str, str], held: _Held) -> None:
-    _RESIDENT[key] = held
-    _RESIDENT.move_to_end(key)
-    limit = _resident_limit_bytes()
-    while _RESIDENT and sum(h.nbytes for h in _RESIDENT.values()) > limit:
-        _RESIDENT.popitem(last=False)
+    size = held.nbytes
+    with _RESIDENT_LOCK:
+        _RESIDENT[key] = held
+        _RESIDENT_BYTES[key] = size
+        _RESIDENT.move_to_end(key)
+        limit = _resident_limit_bytes()
+        while _RESIDENT and sum(_RESIDENT_BYTES.get(k, 0) for k in _RESIDENT) > limit:
+            oldest, _ = _RESIDENT.popitem(last=False)
+            _RESIDENT_BYTES.pop(oldest, None)
 
 
 def filesystem_of(root: str) -> tuple[pafs.FileSystem, str]:
@@ -433,10 +453,12 @@ class StateStore:
         frames behind; its retry computes them from the rows.
         """
         key = (self.root, self._partition_dir(partition))
-        held = _RESIDENT.get(key)
-        if held is None or held.table is not events or held.frames is None:
-            return None
-        _RESIDENT[key] = held._replace(frames=None)
+        with _RESIDENT_LOCK:
+            held = _RESIDENT.get(key)
+            if held is None or held.table is not events or held.frames is None:
+                return None
+            _RESIDENT[key] = held._replace(frames=None)
+            _RESIDENT_BYTES[key] = int(held.table.nbytes)
         return held.frames
 
     def save_events(
@@ -491,10 +513,11 @@ class StateStore:
             return None
         target = versions[-1]
         key = (self.root, directory)
-        held = _RESIDENT.get(key)
-        if held is not None and held.version == target and files[target].holds(held.file):
-            _RESIDENT.move_to_end(key)
-            return held.table
+        with _RESIDENT_LOCK:
+            held = _RESIDENT.get(key)
+            if held is not None and held.version == target and files[target].holds(held.file):
+                _RESIDENT.move_to_end(key)
+                return held.table
         table = self._rebuild(directory, files, versions, held)
         _hold(key, _Held(target, _identity(files[target].defining()), table))
         return table

@@ -15,6 +15,11 @@ in one pass over them:
    (:func:`~featureflow.spark.online_sink.run_views`: state loads and computes,
    one online write for all views, offline writes, state saves).
 
+A small micro-batch skips the shuffle: the driver collects its checked records with
+each one's shuffle partition (Spark's own hash partition of the entity key,
+:func:`shuffle_partition`) and :func:`run_on_driver` runs the same steps for every
+partition, the partitions side by side on threads, with the same results.
+
 Everything comes back as rows of :data:`OUTPUT_SCHEMA`, told apart by ``kind``
 (:data:`VIEW`, :data:`COUNT`, :data:`DEAD`).
 
@@ -36,9 +41,12 @@ what they need.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,6 +55,9 @@ from featureflow.columns import EVENT_NS
 from featureflow.spark import failpoints, state
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 VIEW, COUNT, DEAD = "view", "count", "dead"
 """Kinds of output rows: a view's stats for one shuffle partition; the records of one
@@ -175,23 +186,109 @@ class TopicPass:
 
     def run_partition(self, partition: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
         """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark too)."""
-        yield count_rows(records)
-        bad = pc.is_valid(records.column(ERROR_REASON))
-        if pc.any(bad).as_py():
-            yield dead_letter_rows(records.filter(bad))
-            records = records.filter(pc.invert(bad))
-        if not records.num_rows:
-            return
+        yield from run_records(self.tasks, self.repo_path, self.batch_id, records, partition)
+
+
+def run_records(
+    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int, records: pa.Table,
+    partitions: int | pa.ChunkedArray,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The output rows of checked ``records`` (see :class:`TopicPass`): counts, dead
+    letters, then every view over each shuffle partition, with one online write.
+
+    Args:
+        partitions: the shuffle partition of every record: one for all of them (a
+            shuffled task's), or one per record (:data:`PARTITION_COLUMN` of the driver's
+            pass), which must be Spark's own hash partition of the record's entity key.
+    """
+    yield count_rows(records)
+    bad = pc.is_valid(records.column(ERROR_REASON))
+    if pc.any(bad).as_py():
+        yield dead_letter_rows(records.filter(bad))
+        records = records.filter(pc.invert(bad))
+        if not isinstance(partitions, int):
+            partitions = partitions.filter(pc.invert(bad))
+    if not records.num_rows:
+        return
+    by_partition = (
+        {partitions: records}
+        if isinstance(partitions, int)
+        else {
+            int(partition): records.filter(pc.equal(partitions, partition))
+            for partition in pc.unique(partitions).to_pylist()
+        }
+    )
+
+    def run(partition: int) -> list[tuple[int, ViewTask, dict[str, object]]]:
+        rows = by_partition[partition]
         received = {
-            task.spec.name: records.select(
+            task.spec.name: rows.select(
                 [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
             ).to_batches()
-            for task in self.tasks
+            for task in tasks
         }
-        for task, stats in run_views(
-            list(self.tasks), self.repo_path, self.batch_id, partition, received
-        ):
-            yield view_row(task.spec.name, partition, stats)
+        return run_views(list(tasks), repo_path, batch_id, {partition: received})
+
+    partitions_in_order = sorted(by_partition)
+    if len(partitions_in_order) == 1:
+        done = [run(partitions_in_order[0])]
+    else:  # the driver's pass: the partitions side by side, as tasks would run
+        done = list(_driver_threads().map(run, partitions_in_order))
+    for partition, task, stats in itertools.chain.from_iterable(done):
+        yield view_row(task.spec.name, partition, stats)
+
+
+_DRIVER_THREADS: ThreadPoolExecutor | None = None
+
+
+def _driver_threads() -> ThreadPoolExecutor:
+    """The threads the driver's pass runs partitions on, one per core: the kernels,
+    Arrow, Parquet and the stores' sockets release the GIL, so partitions overlap as
+    the executors' tasks would."""
+    global _DRIVER_THREADS
+    if _DRIVER_THREADS is None:
+        _DRIVER_THREADS = ThreadPoolExecutor(
+            max_workers=os.cpu_count() or 2, thread_name_prefix="featureflow-driver-pass"
+        )
+    return _DRIVER_THREADS
+
+
+PARTITION_COLUMN = "featureflow_shuffle_partition"
+"""The driver's pass: the shuffle partition of each record's entity, as Spark's
+``repartition(n, key)`` puts it (:func:`shuffle_partition`)."""
+
+
+def shuffle_partition(join_key: str, partitions: int) -> Column:
+    """Spark's own shuffle partition of ``join_key`` among ``partitions``: the hash
+    partitioning of ``repartition(partitions, join_key)`` is ``pmod(murmur3(key, 42),
+    partitions)``, which is what the SQL function ``hash`` computes, for every type."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.hash(join_key), F.lit(partitions)).alias(PARTITION_COLUMN)
+
+
+def run_on_driver(
+    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int, records: pa.Table
+) -> pa.Table:
+    """The pass of a small micro-batch on the driver: ``records`` (collected, with
+    :data:`PARTITION_COLUMN`) through :func:`run_records`, every shuffle partition's
+    state resident in the driver's Python process between batches.
+
+    Outputs, state versions and files are those of the shuffled pass: the same
+    partitions, the same functions, the records of a partition in the same order
+    (the Kafka partitions' records in turn, by offset).
+    """
+    partitions = records.column(PARTITION_COLUMN)
+    out = pa.Table.from_batches(
+        list(
+            run_records(
+                tasks, repo_path, batch_id, records.drop_columns([PARTITION_COLUMN]), partitions
+            )
+        ),
+        schema=ARROW_SCHEMA,
+    )
+    after_task(batch_id)
+    return out
 
 
 @dataclass(frozen=True)
@@ -214,8 +311,8 @@ class SessionCloser:
         for _ in batches:
             pass
         partition = _partition_id()
-        for task, stats in run_views(
-            list(self.tasks), self.repo_path, self.batch_id, partition, {}
+        for _, task, stats in run_views(
+            list(self.tasks), self.repo_path, self.batch_id, {partition: {}}
         ):
             yield view_row(task.spec.name, partition, stats)
         failpoints.reach("mid_session_close", self.batch_id)

@@ -1,0 +1,197 @@
+"""The driver's pass of a small micro-batch equals the shuffled pass, partition for partition.
+
+A micro-batch of at most ``--driver-pass-records`` records runs every shuffle
+partition's views on the driver (:func:`~featureflow.spark.topic_pass.run_on_driver`),
+with one online write for all of them; a larger one runs each partition in its own
+task (:class:`~featureflow.spark.topic_pass.TopicPass`). A job may switch between
+them from one batch to the next (and a replay may take the other path when the
+setting changed), so both must leave the same counts, dead letters, state versions,
+offline history and online features. The oracle is the shuffled pass itself, over
+the same micro-batches: sample events of many cold users, out of order, with bad
+records among them, both example views, on the SQLite online store.
+
+And :func:`~featureflow.spark.topic_pass.shuffle_partition` must be Spark's own
+partition of ``repartition(n, key)``: the states are laid out by it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from duckdb_oracle import END_NS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from job_harness import apply, copy_repo
+
+from featureflow.columns import EVENT_NS
+from featureflow.events import sample
+from featureflow.repo import load_store, stream_view_specs
+from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
+from featureflow.spark.online_sink import ViewTask
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+from featureflow.spark.state import StateStore
+from featureflow.spark.topic_pass import (
+    COUNT,
+    DEAD,
+    PARTITION_COLUMN,
+    VIEW,
+    TopicPass,
+    run_on_driver,
+    shuffle_partition,
+)
+
+PARTITIONS = 4
+BATCHES = (0, 700, 1500, 1520, 2600)
+"""Cuts of the events into micro-batches (one holds 20 records)."""
+
+
+def _records(seed: int) -> pa.Table:
+    """Checked records as the pass receives them: usable events of 900 users (out of
+    order), plus a bad record in every hundred."""
+    events = sample.generate(2600, users=900, seed=seed, end_ns=END_NS, span_s=6 * 3600)
+    n = len(events.user_id)
+    bad = np.arange(n) % 100 == 7
+    return pa.table({
+        "user_id": pa.array(np.where(bad, 0, events.user_id), pa.int64()),
+        EVENT_NS: pa.array(events.event_ns, pa.int64()),
+        "amount": pa.array(events.amount, pa.float64(), from_pandas=True),
+        "topic": pa.array(["tx"] * n),
+        "partition": pa.array(np.arange(n) % 3, pa.int32()),
+        "offset": pa.array(np.arange(n), pa.int64()),
+        "key": pa.array([b"k" if b else None for b in bad], pa.binary()),
+        "value": pa.array([b"{oops" if b else None for b in bad], pa.binary()),
+        ERROR_FIELD: pa.array(["value" if b else None for b in bad], pa.string()),
+        ERROR_REASON: pa.array(["not a JSON object" if b else None for b in bad], pa.string()),
+    })  # fmt: skip
+
+
+def _tasks(repo: Path, batch_id: int, watermark_ns: int) -> tuple[ViewTask, ...]:
+    store = load_store(repo)
+    return tuple(
+        ViewTask(
+            spec, batch_id, StateStore(str(repo / "state" / spec.name), PARTITIONS),
+            watermark_ns, OfflineFeatureLog(str(repo / "data" / "offline"), spec.name),
+        )
+        for spec in sorted(stream_view_specs(store), key=lambda spec: spec.name)
+    )
+
+
+def _comparable(out: pa.Table) -> tuple[Counter[Any], list[Any], list[Any]]:
+    """Counts (summed over shuffle partitions), dead letters, and the views' rows per
+    (view, shuffle partition) without the timings and freshness."""
+    counts: Counter[Any] = Counter()
+    for row in out.filter(pc.equal(out.column("kind"), COUNT)).to_pylist():
+        counts[(row["partition"], row["reason"], "rows")] += row["rows"]
+        key = (row["partition"], row["reason"], "max_ns")
+        counts[key] = max(counts.get(key, -1), row["max_ns"] if row["max_ns"] is not None else -1)
+    dead = sorted(
+        (row["offset"], row["reason"], row["key"])
+        for row in out.filter(pc.equal(out.column("kind"), DEAD)).to_pylist()
+    )
+    views = sorted(
+        (row["view"], row["shuffle_partition"], row["rows"], row["entities"],
+         row["state_rows"], row["state_bytes"])
+        for row in out.filter(pc.equal(out.column("kind"), VIEW)).to_pylist()
+    )  # fmt: skip
+    return counts, dead, views
+
+
+def _online(repo: Path, users: list[int]) -> dict[str, list[Any]]:
+    store = load_store(repo)
+    features = [
+        f"{spec.name}:{name}"
+        for spec in stream_view_specs(store)
+        for name in spec.feature_names
+    ]
+    return store.get_online_features(
+        features=features, entity_rows=[{"user_id": user} for user in users]
+    ).to_dict()
+
+
+@pytest.mark.slow
+def test_the_drivers_pass_equals_the_shuffled_tasks(tmp_path: Path) -> None:
+    records = _records(seed=11)
+    # any assignment of users to partitions, the same for both paths
+    partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
+    driver, shuffled = copy_repo(tmp_path / "driver"), copy_repo(tmp_path / "shuffled")
+    for repo in (driver, shuffled):
+        apply(repo, "unused")
+    watermark_ns = 0
+    for batch_id, (lo, hi) in enumerate(itertools.pairwise(BATCHES)):
+        batch = records.slice(lo, hi - lo)
+        partitions = partition_of.slice(lo, hi - lo)
+        on_driver = run_on_driver(
+            _tasks(driver, batch_id, watermark_ns), str(driver), batch_id,
+            batch.append_column(PARTITION_COLUMN, partitions),
+        )  # fmt: skip
+        tasks = _tasks(shuffled, batch_id, watermark_ns)
+        shuffled_out = pa.Table.from_batches([
+            row
+            for partition in range(PARTITIONS)
+            if pc.any(pc.equal(partitions, partition)).as_py()
+            for row in TopicPass(tasks, str(shuffled), batch_id).run_partition(
+                partition, batch.filter(pc.equal(partitions, partition))
+            )
+        ])  # fmt: skip
+        assert _comparable(on_driver) == _comparable(shuffled_out), batch_id
+        usable = pc.is_null(batch.column(ERROR_REASON))
+        watermark_ns = int(pc.max(batch.column(EVENT_NS).filter(usable)).as_py()) - 3600 * 10**9
+
+    for spec in stream_view_specs(load_store(driver)):
+        got = read_history(str(driver / "data" / "offline"), spec.name)
+        want = read_history(str(shuffled / "data" / "offline"), spec.name)
+        order = [(name, "ascending") for name in got.column_names]
+        assert got.num_rows and got.sort_by(order).equals(want.sort_by(order)), spec.name
+        for partition in range(PARTITIONS):
+            state = StateStore(str(driver / "state" / spec.name), PARTITIONS)
+            oracle = StateStore(str(shuffled / "state" / spec.name), PARTITIONS)
+            got_state = state.load_events(partition, before_batch=len(BATCHES))
+            want_state = oracle.load_events(partition, before_batch=len(BATCHES))
+            assert got_state is not None and want_state is not None
+            assert got_state.equals(want_state), (spec.name, partition)
+    users = sorted(set(records.column("user_id").to_pylist()))
+    assert _online(driver, users) == _online(shuffled, users)
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    keys=st.lists(st.integers(-(2**63), 2**63 - 1) | st.none(), min_size=1, max_size=300),
+    partitions=st.integers(1, 40),
+)
+def test_shuffle_partition_is_the_partition_spark_puts_a_long_key_in(
+    spark: Any, keys: list[int | None], partitions: int
+) -> None:
+    _assert_partitions_equal(spark, keys, "bigint", partitions)
+
+
+@settings(max_examples=4, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(keys=st.lists(st.text(max_size=12) | st.none(), min_size=1, max_size=300))
+def test_shuffle_partition_is_the_partition_spark_puts_a_string_key_in(
+    spark: Any, keys: list[str | None]
+) -> None:
+    _assert_partitions_equal(spark, keys, "string", 16)
+
+
+def _assert_partitions_equal(spark: Any, keys: list[Any], ddl: str, partitions: int) -> None:
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame([(at, key) for at, key in enumerate(keys)], f"at int, k {ddl}")
+    got = frame.select("at", shuffle_partition("k", partitions)).toArrow()
+    want = (
+        frame.repartition(partitions, "k")
+        .select("at", F.spark_partition_id().alias("partition"))
+        .toArrow()
+    )
+    assert dict(zip(got.column("at").to_pylist(), got.column(PARTITION_COLUMN).to_pylist(),
+                    strict=True)) == dict(
+        zip(want.column("at").to_pylist(), want.column("partition").to_pylist(), strict=True)
+    )  # fmt: skip
