@@ -70,8 +70,8 @@ class BatchReport:
     hold the view's watermark back at the end of this batch."""
     phases_s: dict[str, float] = field(default_factory=dict)
     """Where the time went: the driver's Spark jobs (wall s) and the phases of the views'
-    work (``executors_*``: seconds summed over partitions, which run in parallel;
-    ``driver_*``: the driver's pass of a small batch)."""
+    work, seconds summed over partitions, which run in parallel (``executors_*``; a
+    small batch's pass on the driver: ``driver_*``)."""
     pass_on: str = "executors"
     """Where the views ran: ``executors`` (shuffled) or ``driver`` (a small batch)."""
 

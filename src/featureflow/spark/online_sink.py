@@ -52,8 +52,8 @@ STATS_SCHEMA = (
 """Spark DDL of what :class:`OnlineFeatureWriter` reports per partition."""
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
 """The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase.
-``online_write`` is the one write shared by all views of the topic and, on the driver,
-all partitions (the same seconds in each of their rows)."""
+``online_write`` is the one write shared by all views of the topic (the same seconds in
+each view's row)."""
 
 
 def write_online(store: FeatureStore, rows: Mapping[str, pa.Table]) -> None:

@@ -148,7 +148,6 @@ class MicroBatchProcessor:
         after its pass rows, so they give the partition's state)."""
         for row in stats:
             self.state_sizes[row["shuffle_partition"]] = (row["state_rows"], row["state_bytes"])
-        on_driver = topic_batch.pass_on == DRIVER
         report = BatchReport(
             view=self.spec.name,
             batch_id=topic_batch.batch_id,
@@ -164,12 +163,7 @@ class MicroBatchProcessor:
             phases_s={
                 **topic_batch.phases_s,
                 **{
-                    # on the driver the partitions ran one after the other, with one
-                    # online write for all of them
-                    f"{topic_batch.pass_on}_{phase}": _phase_seconds(
-                        [row["seconds"][at] for row in stats],
-                        shared=on_driver and phase == "online_write",
-                    )
+                    f"{topic_batch.pass_on}_{phase}": sum(row["seconds"][at] for row in stats)
                     for at, phase in enumerate(EXECUTOR_PHASES)
                 },
             },
@@ -206,12 +200,6 @@ class MicroBatchProcessor:
         metrics_log.info("%s", report.to_json())
         if self.exporter is not None:
             self.exporter.observe(report)
-
-
-def _phase_seconds(seconds: list[float], *, shared: bool) -> float:
-    """A phase's seconds over a batch's view rows: summed, or once when every row
-    reports the same shared work (the driver's one online write)."""
-    return max(seconds, default=0.0) if shared else sum(seconds)
 
 
 def mark_event_time(
@@ -395,10 +383,10 @@ class TopicBatchProcessor:
         A small batch costs mostly Spark's fixed work, and a shuffle stage of Python
         tasks is most of that: 4 tasks of ~60 ms each before any of featureflow's work,
         on 2 cores, against one collect of the parsed records. On the driver, every
-        shuffle partition runs in turn with the executors' own functions (Spark's hash
-        partition of the entity, :func:`~featureflow.spark.topic_pass.shuffle_partition`)
-        and one online write for all; its Python process keeps the states and frame
-        states between batches. Executors' Python workers could not: Spark hands a task
+        shuffle partition runs with the executors' own functions (Spark's hash partition
+        of the entity, :func:`~featureflow.spark.topic_pass.shuffle_partition`), side by
+        side on threads; its Python process keeps the states and frame states between
+        batches. Executors' Python workers could not: Spark hands a task
         whichever idle worker waited longest, so one task a batch alternates between
         them and each batch would rebuild its state from disk.
         """

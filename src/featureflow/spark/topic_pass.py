@@ -194,7 +194,7 @@ def run_records(
     partitions: int | pa.ChunkedArray,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The output rows of checked ``records`` (see :class:`TopicPass`): counts, dead
-    letters, then every view over each shuffle partition, with one online write.
+    letters, then every view over each shuffle partition (one online write per partition).
 
     Args:
         partitions: the shuffle partition of every record: one for all of them (a
