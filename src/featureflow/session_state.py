@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from featureflow import ops
 from featureflow.features import aggregated_columns
-from featureflow.ops import InitialRecords, KeyedRows
+from featureflow.ops import InitialRecords, KeyedRows, Spliced
 from featureflow.ops._resume import (
     C_COUNT,
     C_FINITE,
@@ -49,7 +49,6 @@ from featureflow.ops._resume import (
     R_HEAD,
     R_KEY,
     R_LAST,
-    R_ROWS,
     R_START,
     record_words,
 )
@@ -77,15 +76,24 @@ def supported(spec: StreamViewSpec, schema: pa.Schema) -> bool:
 class SessionStates:
     """Open sessions and checkpoints of a session view's entities, as records.
 
-    ``sessions``: every open session (int64 records, word :data:`R_KEY` the entity),
-    sorted by entity then start; ``checkpoints``: sorted by entity then time, each
-    inside one of the open sessions; ``signature``: the gap, max length (ns) and value
-    columns the records were computed with.
+    ``open``: every open session (int64 records, word :data:`R_KEY` the entity),
+    sorted by entity then start, with their entities, each entity's first open start
+    and the events they hold (:class:`featureflow.ops.Spliced`: read from records
+    column by column, each of those would cost a pass over them); ``checkpoints``:
+    sorted by entity then time, each inside one of the open sessions, and
+    ``checkpoint_keys`` their entities; ``signature``: the gap, max length (ns) and
+    value columns the records were computed with.
     """
 
-    sessions: np.ndarray
+    open: Spliced
     checkpoints: np.ndarray
+    checkpoint_keys: np.ndarray
     signature: tuple[int, int, tuple[str, ...]]
+
+    @property
+    def sessions(self) -> np.ndarray:
+        """The open sessions' records."""
+        return self.open.open
 
     @property
     def nbytes(self) -> int:
@@ -94,32 +102,17 @@ class SessionStates:
     @property
     def live_rows(self) -> int:
         """The events the open sessions hold."""
-        return int(self.sessions[:, R_ROWS].sum())
+        return self.open.rows
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(entities, first open session's start): each entity's first live event time."""
-        return _first_starts(self.sessions)
-
-
-def _first_starts(sessions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(entities, their first session's start) of records sorted by entity and start."""
-    keys = sessions[:, R_KEY]
-    first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])[: len(keys)]
-    return keys[first], sessions[first, R_START]
+        return self.open.first_keys, self.open.first_starts
 
 
 def signature(spec: StreamViewSpec) -> tuple[int, int, tuple[str, ...]]:
     """What a view's records are computed with: gap, max length (ns), value columns."""
     assert spec.session_gap_ns is not None
     return spec.session_gap_ns, spec.session_max_length_ns, tuple(aggregated_columns(spec))
-
-
-def _closed(records: np.ndarray, spec: StreamViewSpec, watermark_ns: int) -> np.ndarray:
-    """Which sessions are final under ``watermark_ns``: last + gap < it, or start +
-    max length < it (no later event at or after the watermark can join them)."""
-    assert spec.session_gap_ns is not None
-    done = records[:, R_LAST] + spec.session_gap_ns < watermark_ns
-    return np.asarray(done | (records[:, R_START] + spec.session_max_length_ns < watermark_ns))
 
 
 def _last_at_or_before(
@@ -139,26 +132,27 @@ def _last_at_or_before(
         b = np.where(active & ~right, mid, b)
 
 
-def _prune_checkpoints(
-    checkpoints: np.ndarray, sessions: np.ndarray, watermark_ns: int | None
-) -> np.ndarray:
-    """The checkpoints still worth keeping: inside an open session (closed sessions come
-    before open ones), and per entity only the newest at or before the watermark (no
-    later event comes before it) with those after."""
-    if not len(checkpoints):
-        return checkpoints
-    keys, starts = _first_starts(sessions)
-    at = np.searchsorted(keys, checkpoints[:, R_KEY])
-    found = at < len(keys)
-    found[found] &= keys[at[found]] == checkpoints[found, R_KEY]
-    keep = found.copy()
-    keep[found] = checkpoints[found, R_START] >= starts[at[found]]
-    if watermark_ns is not None:
-        old = checkpoints[:, R_AT] <= watermark_ns
-        ckeys = checkpoints[:, R_KEY]
-        newest_old = old & ~np.r_[(ckeys[1:] == ckeys[:-1]) & old[1:], False]
-        keep &= ~old | newest_old
-    return checkpoints[keep]
+def _states(
+    opened: Spliced, checkpoints: np.ndarray, ckeys: np.ndarray, spec: StreamViewSpec,
+    watermark_ns: int | None,
+) -> SessionStates:  # fmt: skip
+    """The states of ``opened`` sessions with the checkpoints still worth keeping: inside
+    an open session (closed sessions come before open ones), and per entity only the
+    newest at or before the watermark (no later event comes before it) with those
+    after."""
+    if len(checkpoints):
+        keys, starts = opened.first_keys, opened.first_starts
+        at = np.searchsorted(keys, ckeys)
+        found = at < len(keys)
+        found[found] &= keys[at[found]] == ckeys[found]
+        keep = found.copy()
+        keep[found] = checkpoints[found, R_START] >= starts[at[found]]
+        if watermark_ns is not None:
+            old = checkpoints[:, R_AT] <= watermark_ns
+            newest_old = old & ~np.r_[(ckeys[1:] == ckeys[:-1]) & old[1:], False]
+            keep &= ~old | newest_old
+        checkpoints, ckeys = checkpoints[keep], ckeys[keep]
+    return SessionStates(opened, checkpoints, ckeys, signature(spec))
 
 
 def build(
@@ -166,17 +160,20 @@ def build(
 ) -> SessionStates:
     """The states of a state table's runs: every entity's sessions over its rows in the
     runs, those closed under ``closed_ns`` (the rows the state has closed) left out."""
+    assert spec.session_gap_ns is not None
     keys = _entity_keys(runs)
     ncols = len(signature(spec)[2])
-    none = _no_records(len(keys), record_words(ncols))
+    width = record_words(ncols)
+    none = _no_records(len(keys), width)
     kept = _read_all(runs, keys)
     sessions, checkpoints, _ = _resume(none, keys, kept, KeyedRows.empty(len(keys), ncols), spec)
-    sessions[:, R_KEY] = keys[sessions[:, R_KEY]]
+    nowhere = np.zeros(len(keys), np.int64)
+    opened = ops.splice_records(
+        np.zeros((0, width), np.int64), nowhere, nowhere, sessions, keys, spec.session_gap_ns,
+        spec.session_max_length_ns, closed_ns,
+    )  # fmt: skip
     checkpoints[:, R_KEY] = keys[checkpoints[:, R_KEY]]
-    if closed_ns is not None:
-        sessions = sessions[~_closed(sessions, spec, closed_ns)]
-    return SessionStates(sessions, _prune_checkpoints(checkpoints, sessions, closed_ns),
-                         signature(spec))  # fmt: skip
+    return _states(opened, checkpoints, checkpoints[:, R_KEY].copy(), spec, closed_ns)
 
 
 def _entity_keys(runs: list[ops.RunColumns]) -> np.ndarray:
@@ -236,7 +233,7 @@ def advance(
     assert spec.session_gap_ns is not None
     width = states.sessions.shape[1]
     sessions, checkpoints = states.sessions, states.checkpoints
-    lo, hi = ops.record_segments(sessions, touched)
+    lo, hi = ops.record_segments(states.open.keys, touched)
     has = hi > lo
     first_new = new.ts[new.offsets[:-1]]
     latest = np.maximum(hi - 1, 0)
@@ -245,7 +242,7 @@ def advance(
     start_at = np.where(extend, latest, -1)  # the record each entity starts from
     cut = np.where(extend, hi - 1, hi)  # an entity's sessions from cut on are recomputed
     resume_ns = np.full(len(touched), _NONE, np.int64)
-    clo, chi = ops.record_segments(checkpoints, touched)
+    clo, chi = ops.record_segments(states.checkpoint_keys, touched)
     ccut = chi.copy()  # and its checkpoints from ccut on
     back = np.flatnonzero(has & ~extend)  # out of order: resume from an earlier point
     extra = np.zeros((0, width), np.int64)
@@ -256,17 +253,14 @@ def advance(
     kept = _read_back(runs, touched, read, resume_ns, len(new.values))
     init = InitialRecords(sessions, start_at, extra)
     out, new_cps, latest_records = _resume(init, touched, kept, new, spec)
-    sessions, closed = ops.splice_records(
+    spliced = ops.splice_records(
         sessions, cut, hi, out, touched, spec.session_gap_ns, spec.session_max_length_ns,
         watermark_ns,
     )  # fmt: skip
-    checkpoints, _ = ops.splice_records(checkpoints, ccut, chi, new_cps, touched, 0, 0, None)
+    cps = ops.splice_records(checkpoints, ccut, chi, new_cps, touched, 0, 0, None)
     return Advanced(
-        SessionStates(sessions, _prune_checkpoints(checkpoints, sessions, watermark_ns),
-                      states.signature),
-        latest_records,
-        closed,
-    )  # fmt: skip
+        _states(spliced, cps.open, cps.keys, spec, watermark_ns), latest_records, spliced.closed
+    )
 
 
 def _plan_back(

@@ -7,33 +7,34 @@ sorted sequences (linear, no binary search per key); `splice_records` writes
 the records after a batch in one pass: the untouched keys' as they were, each
 touched key's kept prefix then its new records, and sends each to the open or
 the closed output by the watermark (a session is final when last + gap <
-watermark or start + max length < watermark).
+watermark or start + max length < watermark); on the way it writes what the
+caller would otherwise read back column by column from 88-byte records (each
+scan a cache miss a record): the open records' keys, each key's first open
+start, and the rows they hold.
 """
 
 from featureflow_kernels.abi import I64P, i64p
-from featureflow_kernels.sessions._resume import R_KEY, R_LAST, R_START
+from featureflow_kernels.sessions._resume import R_KEY, R_LAST, R_ROWS, R_START
 
 
 def record_segments(d: I64P) -> Int:
-    """Descriptor words: 0 records n, 1 words a record W, 2 records addr (sorted by
-    word R_KEY), 3 wanted keys K, 4 wanted keys addr (int64, sorted, distinct),
-    5 lo out addr, 6 hi out addr (int64, K: key k's records are [lo[k], hi[k]);
-    lo == hi where it has none, at the position its records would take).
-    Returns K."""
+    """Descriptor words: 0 records n, 1 their keys addr (int64, sorted), 2 wanted keys
+    K, 3 wanted keys addr (int64, sorted, distinct), 4 lo out addr, 5 hi out addr
+    (int64, K: key k's records are [lo[k], hi[k]); lo == hi where it has none, at the
+    position its records would take). Returns K."""
     var n = Int(d[unsafe_offset=0])
-    var w = Int(d[unsafe_offset=1])
-    var recs = i64p(Int(d[unsafe_offset=2]))
-    var nk = Int(d[unsafe_offset=3])
-    var keys = i64p(Int(d[unsafe_offset=4]))
-    var lo = i64p(Int(d[unsafe_offset=5]))
-    var hi = i64p(Int(d[unsafe_offset=6]))
+    var own = i64p(Int(d[unsafe_offset=1]))
+    var nk = Int(d[unsafe_offset=2])
+    var keys = i64p(Int(d[unsafe_offset=3]))
+    var lo = i64p(Int(d[unsafe_offset=4]))
+    var hi = i64p(Int(d[unsafe_offset=5]))
     var p = 0
     for k in range(nk):
         var key = keys[unsafe_offset=k]
-        while p < n and recs[unsafe_offset=p * w + R_KEY] < key:
+        while p < n and own[unsafe_offset=p] < key:
             p += 1
         lo[unsafe_offset=k] = Int64(p)
-        while p < n and recs[unsafe_offset=p * w + R_KEY] == key:
+        while p < n and own[unsafe_offset=p] == key:
             p += 1
         hi[unsafe_offset=k] = Int64(p)
     return nk
@@ -53,7 +54,11 @@ def splice_records(d: I64P) -> Int:
     nondecreasing), 8 touched keys addr (int64, K: written as the new records' key),
     9 gap (ns), 10 max length (ns), 11 watermark (ns; int64 min: none closes),
     12 open out addr, 13 closed out addr (each room for n + m records), 14 counts
-    out addr (2 words: open, closed written). Returns the open records written."""
+    out addr (4 words: open and closed records written, distinct keys of the open
+    ones, their rows), 15 open keys out addr (int64, room for n + m: each open
+    record's key), 16 first keys out addr and 17 first starts out addr (int64, room
+    for n + m: each distinct key of the open records and its first record's start).
+    Returns the open records written."""
     var n = Int(d[unsafe_offset=0])
     var w = Int(d[unsafe_offset=1])
     var old = i64p(Int(d[unsafe_offset=2]))
@@ -69,8 +74,13 @@ def splice_records(d: I64P) -> Int:
     var open = i64p(Int(d[unsafe_offset=12]))
     var closed = i64p(Int(d[unsafe_offset=13]))
     var counts = i64p(Int(d[unsafe_offset=14]))
+    var open_keys = i64p(Int(d[unsafe_offset=15]))
+    var first_keys = i64p(Int(d[unsafe_offset=16]))
+    var first_starts = i64p(Int(d[unsafe_offset=17]))
     var no = 0
     var nc = 0
+    var nd = 0
+    var rows = 0
     var p = 0  # next old record
     var q = 0  # next new record
     for k in range(nk + 1):
@@ -84,6 +94,8 @@ def splice_records(d: I64P) -> Int:
                 nc += 1
             else:
                 _copy(src, open.unsafe_offset(no * w), w)
+                _opened(src[unsafe_offset=R_KEY], src, open_keys, first_keys, first_starts, no, nd)
+                rows += Int(src[unsafe_offset=R_ROWS])
                 no += 1
             p += 1
         if k == nk:
@@ -93,16 +105,41 @@ def splice_records(d: I64P) -> Int:
             var src = new.unsafe_offset(q * w)
             var last = src[unsafe_offset=R_LAST]
             var start = src[unsafe_offset=R_START]
-            var dst: I64P
+            var key = keys[unsafe_offset=k]
             if last + gap < mark or start + max_len < mark:
-                dst = closed.unsafe_offset(nc * w)
+                var dst = closed.unsafe_offset(nc * w)
+                _copy(src, dst, w)
+                dst[unsafe_offset=R_KEY] = key
                 nc += 1
             else:
-                dst = open.unsafe_offset(no * w)
+                var dst = open.unsafe_offset(no * w)
+                _copy(src, dst, w)
+                dst[unsafe_offset=R_KEY] = key
+                _opened(key, src, open_keys, first_keys, first_starts, no, nd)
+                rows += Int(src[unsafe_offset=R_ROWS])
                 no += 1
-            _copy(src, dst, w)
-            dst[unsafe_offset=R_KEY] = keys[unsafe_offset=k]
             q += 1
     counts[unsafe_offset=0] = Int64(no)
     counts[unsafe_offset=1] = Int64(nc)
+    counts[unsafe_offset=2] = Int64(nd)
+    counts[unsafe_offset=3] = Int64(rows)
     return no
+
+
+@always_inline
+def _opened(
+    key: Int64,
+    rec: I64P,
+    open_keys: I64P,
+    first_keys: I64P,
+    first_starts: I64P,
+    no: Int,
+    mut nd: Int,
+):
+    """Open record `no` (key `key`, words at `rec`) was written: its key, and its start
+    when it is its key's first."""
+    open_keys[unsafe_offset=no] = key
+    if nd == 0 or first_keys[unsafe_offset=nd - 1] != key:
+        first_keys[unsafe_offset=nd] = key
+        first_starts[unsafe_offset=nd] = rec[unsafe_offset=R_START]
+        nd += 1

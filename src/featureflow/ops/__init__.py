@@ -21,13 +21,14 @@ from featureflow.ops import _backend, _inputs, _nonfinite, _query, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
 from featureflow.ops._query import FrameStates
-from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns
+from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 
 __all__ = [
     "AGGS",
     "FrameStates",
     "InitialRecords",
     "KeyedRows",
+    "Spliced",
     "backend",
     "backend_reason",
     "describe",
@@ -348,17 +349,18 @@ def resume_sessions(
     )
 
 
-def record_segments(records: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Which session records each key owns: ``records`` sorted by their key word,
-    ``keys`` sorted and distinct; returns (lo, hi), int64 per key: its records are
-    ``records[lo:hi]`` (lo == hi where it has none, at the position they would take)."""
-    return _backend.current().backend.record_segments(records, np.asarray(keys))
+def record_segments(own: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which session records each key owns: ``own`` is the records' keys (sorted), ``keys``
+    the wanted ones (sorted, distinct); returns (lo, hi), int64 per wanted key: its
+    records are ``[lo, hi)`` (lo == hi where it has none, at the position they would
+    take). One merge of the two sequences on the Mojo backend."""
+    return _backend.current().backend.record_segments(np.asarray(own), np.asarray(keys))
 
 
 def splice_records(
     old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray, keys: np.ndarray,
     gap_ns: int, max_length_ns: int, watermark_ns: int | None,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> Spliced:  # fmt: skip
     """Session records after a batch, split by the watermark.
 
     ``old`` records are sorted by key; for each touched key k (``keys``, sorted), its
@@ -366,8 +368,9 @@ def splice_records(
     k (the index; nondecreasing), which get ``keys[k]`` as their key. Every record of
     the result goes to the closed records when last + ``gap_ns`` < ``watermark_ns`` or
     start + ``max_length_ns`` < ``watermark_ns`` (None: none closes), else to the open
-    ones. Returns (open, closed), each sorted by key as ``old`` was. One pass on the
-    Mojo backend."""
+    ones (:class:`~featureflow.ops._resume.Spliced` has them, each sorted by key as
+    ``old`` was, and the open ones' keys, first starts and rows). One pass on the Mojo
+    backend."""
     mark = np.iinfo(np.int64).min if watermark_ns is None else int(watermark_ns)
     return _backend.current().backend.splice_records(
         old, cut, end, new, np.asarray(keys), int(gap_ns), int(max_length_ns), mark

@@ -16,7 +16,7 @@ import numpy as np
 
 from featureflow.ops._inputs import Series
 from featureflow.ops._query import Plan, Run
-from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns
+from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 BackendName = Literal["mojo", "numpy"]
@@ -71,13 +71,13 @@ class Backend(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...  # fmt: skip
 
     def record_segments(
-        self, records: np.ndarray, keys: np.ndarray
+        self, own: np.ndarray, keys: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
     def splice_records(
         self, old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray,
         keys: np.ndarray, gap: int, max_length: int, watermark: int,
-    ) -> tuple[np.ndarray, np.ndarray]: ...  # fmt: skip
+    ) -> Spliced: ...  # fmt: skip
 
     def hopping(
         self,

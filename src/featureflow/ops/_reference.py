@@ -24,7 +24,7 @@ from featureflow.ops._tables import OutputColumn, WindowBounds
 
 if TYPE_CHECKING:
     from featureflow.ops._query import Plan, Run
-    from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns
+    from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 
 
 @dataclass(frozen=True)
@@ -246,16 +246,16 @@ class ReferenceBackend:
         return reference_resume_sessions(init, keys, kept, new, gap, max_length, every)
 
     def record_segments(
-        self, records: np.ndarray, keys: np.ndarray
+        self, own: np.ndarray, keys: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         from featureflow.ops._resume import reference_record_segments
 
-        return reference_record_segments(records, keys)
+        return reference_record_segments(own, keys)
 
     def splice_records(
         self, old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray,
         keys: np.ndarray, gap: int, max_length: int, watermark: int,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    ) -> Spliced:  # fmt: skip
         from featureflow.ops._resume import reference_splice_records
 
         return reference_splice_records(old, cut, end, new, keys, gap, max_length, watermark)

@@ -78,6 +78,7 @@ class KeyedRows:
             np.zeros(0, np.int64),
             [np.zeros(0, np.float64) for _ in range(ncols)],
             np.zeros(nkeys + 1, np.int64),
+            np.zeros(0, np.int64),
         )
 
 
@@ -108,6 +109,20 @@ def pooled(shape: tuple[int, ...], dtype: type = np.int64) -> np.ndarray:
     count = int(np.prod(shape))
     buffer = pa.allocate_buffer(max(count * itemsize, 1))
     return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """`featureflow.ops.splice_records`' result: the open and the closed records (each
+    sorted by key), each open record's key (contiguous), each key of the open records
+    with its first open record's start, and the rows the open records hold."""
+
+    open: np.ndarray
+    closed: np.ndarray
+    keys: np.ndarray
+    first_keys: np.ndarray
+    first_starts: np.ndarray
+    rows: int
 
 
 RunColumns = tuple[np.ndarray, np.ndarray, Sequence[pa.Array]]
@@ -256,18 +271,17 @@ def reference_resume_sessions(
 
 
 def reference_record_segments(
-    records: np.ndarray, keys: np.ndarray
+    own: np.ndarray, keys: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per wanted key (sorted, distinct), its records [lo, hi) in ``records`` (sorted by key)."""
-    own = np.ascontiguousarray(records[:, R_KEY])
+    """Per wanted key (sorted, distinct), its records [lo, hi) by their keys ``own`` (sorted)."""
     return np.searchsorted(own, keys, "left"), np.searchsorted(own, keys, "right")
 
 
 def reference_splice_records(
     old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray, keys: np.ndarray,
     gap: int, max_length: int, watermark: int,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """`featureflow.ops.splice_records` with numpy: (open records, closed records)."""
+) -> Spliced:  # fmt: skip
+    """`featureflow.ops.splice_records` with numpy."""
     size = len(old) + 1
     gone = np.bincount(cut, minlength=size) - np.bincount(end, minlength=size)
     kept = old[np.cumsum(gone)[:-1] == 0]
@@ -276,4 +290,8 @@ def reference_splice_records(
     both = np.concatenate([kept, added])
     merged = both[np.argsort(both[:, R_KEY], kind="stable")]
     done = (merged[:, R_LAST] + gap < watermark) | (merged[:, R_START] + max_length < watermark)
-    return merged[~done], merged[done]
+    opened = merged[~done]
+    own = opened[:, R_KEY].copy()
+    first = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])[: len(own)]
+    return Spliced(opened, merged[done], own, own[first], opened[first, R_START],
+                   int(opened[:, R_ROWS].sum()))  # fmt: skip

@@ -26,6 +26,7 @@ from featureflow.ops._resume import (
     InitialRecords,
     KeyedRows,
     RunColumns,
+    Spliced,
     float_values,
     pooled,
     record_words,
@@ -324,33 +325,36 @@ class NativeBackend:
         return sessions[: counts[0]], checkpoints[: counts[1]], latest
 
     def record_segments(
-        self, records: np.ndarray, keys: np.ndarray
+        self, own: np.ndarray, keys: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Each wanted key's records [lo, hi): one merge of the two sorted sequences."""
-        records = np.ascontiguousarray(records, dtype=np.int64)
+        own = np.ascontiguousarray(own, dtype=np.int64)
         keys = np.ascontiguousarray(keys, dtype=np.int64)
-        lo, hi = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
-        words = [len(records), records.shape[1], records.ctypes.data, len(keys),
-                 keys.ctypes.data, lo.ctypes.data, hi.ctypes.data]  # fmt: skip
+        lo, hi = pooled((len(keys),)), pooled((len(keys),))
+        words = [len(own), own.ctypes.data, len(keys), keys.ctypes.data, lo.ctypes.data,
+                 hi.ctypes.data]  # fmt: skip
         self._call("record_segments", words)
         return lo, hi
 
     def splice_records(
         self, old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray,
         keys: np.ndarray, gap: int, max_length: int, watermark: int,
-    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    ) -> Spliced:  # fmt: skip
         """The records after a batch, split by the watermark (sessions/_records.mojo)."""
         arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (old, cut, end, new, keys)]
         old, cut, end, new, keys = arrays
         width = old.shape[1]
         room = len(old) + len(new)
         opened, closed = pooled((room, width)), pooled((room, width))
-        counts = np.zeros(2, np.int64)
+        own, first_keys, first_starts = pooled((room,)), pooled((room,)), pooled((room,))
+        counts = np.zeros(4, np.int64)
         words = [len(old), width, old.ctypes.data, len(keys), cut.ctypes.data, end.ctypes.data,
                  len(new), new.ctypes.data, keys.ctypes.data, gap, max_length, watermark,
-                 opened.ctypes.data, closed.ctypes.data, counts.ctypes.data]  # fmt: skip
+                 opened.ctypes.data, closed.ctypes.data, counts.ctypes.data, own.ctypes.data,
+                 first_keys.ctypes.data, first_starts.ctypes.data]  # fmt: skip
         self._call("splice_records", words)
-        return opened[: counts[0]], closed[: counts[1]]
+        n, c, d, rows = (int(x) for x in counts)
+        return Spliced(opened[:n], closed[:c], own[:n], first_keys[:d], first_starts[:d], rows)
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """The merged order of runs (indices into their concatenation), rows before
