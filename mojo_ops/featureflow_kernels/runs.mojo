@@ -210,11 +210,12 @@ def gather_runs(d: I64P) -> Int:
     sorted, distinct), 4 from addr (int64 ns a key: only its rows with ts >= it),
     5 offsets out addr (int64, K + 1), 6 ts out addr (int64), 7 rows out addr
     (int64: the row's index in the runs' concatenation), 8 scratch addr (int64,
-    twice the longest key's rows: room for every row suffices), 9 unused; then 3
+    twice the rows the outputs hold), 9 the rows the outputs hold; then 3
     words a run: rows, keys addr (int64), ts addr (int64); then 4 words a (run,
     column), run-major: values addr, dtype code, validity addr (0: none), validity
     offset (bits); then C words: each column's float64 out addr (NaN for null).
-    The outputs need room for every row the keys have. Returns the rows written."""
+    Returns the rows written, or -1 when the keys have more rows than the outputs
+    hold (nothing is then valid)."""
     var nruns = Int(d[unsafe_offset=0])
     var ncols = Int(d[unsafe_offset=1])
     var nkeys = Int(d[unsafe_offset=2])
@@ -224,6 +225,7 @@ def gather_runs(d: I64P) -> Int:
     var out_ts = i64p(Int(d[unsafe_offset=6]))
     var out_rows = i64p(Int(d[unsafe_offset=7]))
     var scratch = i64p(Int(d[unsafe_offset=8]))
+    var capacity = Int(d[unsafe_offset=9])
     var n = List[Int]()
     var keys = List[I64P]()
     var ts = List[I64P]()
@@ -252,6 +254,8 @@ def gather_runs(d: I64P) -> Int:
             var hi = lower_bound_from(keys[r], n[r], lo, key + 1)
             cursor[r] = hi
             var a = first_at_or_after(ts[r], lo, hi, t0)
+            if m + hi - a > capacity:
+                return -1
             for i in range(a, hi):
                 var t = ts[r][unsafe_offset=i]
                 if m > start and out_ts[unsafe_offset=m - 1] > t:

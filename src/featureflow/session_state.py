@@ -49,6 +49,7 @@ from featureflow.ops._resume import (
     R_HEAD,
     R_KEY,
     R_LAST,
+    R_ROWS,
     R_START,
     record_words,
 )
@@ -237,7 +238,7 @@ def advance(
     has = hi > lo
     first_new = new.ts[new.offsets[:-1]]
     latest = np.maximum(hi - 1, 0)
-    last_ns = sessions[latest, R_LAST] if len(sessions) else np.zeros(len(touched), np.int64)
+    last_ns = states.open.lasts[latest] if len(sessions) else np.zeros(len(touched), np.int64)
     extend = has & (first_new >= last_ns)
     start_at = np.where(extend, latest, -1)  # the record each entity starts from
     cut = np.where(extend, hi - 1, hi)  # an entity's sessions from cut on are recomputed
@@ -250,7 +251,9 @@ def advance(
         extra = _plan_back(back, sessions, checkpoints, lo, hi, clo, chi, first_new,
                            start_at, cut, ccut, resume_ns)  # fmt: skip
     read = np.flatnonzero(resume_ns != _NONE)
-    kept = _read_back(runs, touched, read, resume_ns, len(new.values))
+    # rows at or after a resume point are those of the sessions from `cut` on, at most
+    expected = int(sessions[:, R_ROWS][_ranges(cut[read], hi[read])].sum()) if len(read) else 0
+    kept = _read_back(runs, touched, read, resume_ns, len(new.values), expected)
     init = InitialRecords(sessions, start_at, extra)
     out, new_cps, latest_records = _resume(init, touched, kept, new, spec)
     spliced = ops.splice_records(
@@ -295,15 +298,22 @@ def _plan_back(
     return cp
 
 
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The positions of the ranges [lo, hi) (few, short), concatenated."""
+    parts = [np.arange(a, b, dtype=np.int64) for a, b in zip(lo, hi, strict=True)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
 def _read_back(
     runs: list[ops.RunColumns], touched: np.ndarray, read: np.ndarray, from_ns: np.ndarray,
-    ncols: int,
+    ncols: int, expected: int,
 ) -> KeyedRows:  # fmt: skip
-    """The runs' rows of the entities ``touched[read]`` from ``from_ns`` on, as the kept
-    rows of every touched entity (none for the others)."""
+    """The runs' rows of the entities ``touched[read]`` from ``from_ns`` on (about
+    ``expected`` of them), as the kept rows of every touched entity (none for the
+    others)."""
     if not len(read) or not runs:
         return KeyedRows.empty(len(touched), ncols)
-    found = ops.gather_runs(runs, touched[read], from_ns[read])
+    found = ops.gather_runs(runs, touched[read], from_ns[read], capacity=expected)
     counts = np.zeros(len(touched), np.int64)
     counts[read] = np.diff(found.offsets)
     return KeyedRows(found.ts, found.values, np.r_[0, np.cumsum(counts)].astype(np.int64))

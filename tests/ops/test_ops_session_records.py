@@ -207,6 +207,9 @@ def test_runs_sorted_and_read_back_as_the_references_do(
     assert got.rows is not None and ref.rows is not None
     np.testing.assert_array_equal(got.rows, ref.rows)
     np.testing.assert_array_equal(got.values[0], ref.values[0])
+    short = ops.gather_runs(runs, query, from_ns, capacity=1)  # a hint too low: room made
+    np.testing.assert_array_equal(short.ts, ref.ts)
+    np.testing.assert_array_equal(short.values[0], ref.values[0])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=FIXTURE)
@@ -234,7 +237,7 @@ def test_records_are_spliced_and_closed_as_the_reference_does(
     mark = np.iinfo(np.int64).min if watermark is None else watermark
     got = ops.splice_records(old, cut, hi, new, keys, 20, 100, watermark)
     want = R.reference_splice_records(old, cut, hi, new, keys, 20, 100, mark)
-    for name in ("open", "closed", "keys", "first_keys", "first_starts"):
+    for name in ("open", "closed", "keys", "lasts", "first_keys", "first_starts"):
         np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
     assert got.rows == want.rows
 

@@ -57,8 +57,9 @@ def splice_records(d: I64P) -> Int:
     out addr (4 words: open and closed records written, distinct keys of the open
     ones, their rows), 15 open keys out addr (int64, room for n + m: each open
     record's key), 16 first keys out addr and 17 first starts out addr (int64, room
-    for n + m: each distinct key of the open records and its first record's start).
-    Returns the open records written."""
+    for n + m: each distinct key of the open records and its first record's start),
+    18 open lasts out addr (int64, room for n + m: each open record's last row's
+    time). Returns the open records written."""
     var n = Int(d[unsafe_offset=0])
     var w = Int(d[unsafe_offset=1])
     var old = i64p(Int(d[unsafe_offset=2]))
@@ -77,6 +78,7 @@ def splice_records(d: I64P) -> Int:
     var open_keys = i64p(Int(d[unsafe_offset=15]))
     var first_keys = i64p(Int(d[unsafe_offset=16]))
     var first_starts = i64p(Int(d[unsafe_offset=17]))
+    var lasts = i64p(Int(d[unsafe_offset=18]))
     var no = 0
     var nc = 0
     var nd = 0
@@ -94,7 +96,16 @@ def splice_records(d: I64P) -> Int:
                 nc += 1
             else:
                 _copy(src, open.unsafe_offset(no * w), w)
-                _opened(src[unsafe_offset=R_KEY], src, open_keys, first_keys, first_starts, no, nd)
+                _opened(
+                    src[unsafe_offset=R_KEY],
+                    src,
+                    open_keys,
+                    first_keys,
+                    first_starts,
+                    lasts,
+                    no,
+                    nd,
+                )
                 rows += Int(src[unsafe_offset=R_ROWS])
                 no += 1
             p += 1
@@ -115,7 +126,7 @@ def splice_records(d: I64P) -> Int:
                 var dst = open.unsafe_offset(no * w)
                 _copy(src, dst, w)
                 dst[unsafe_offset=R_KEY] = key
-                _opened(key, src, open_keys, first_keys, first_starts, no, nd)
+                _opened(key, src, open_keys, first_keys, first_starts, lasts, no, nd)
                 rows += Int(src[unsafe_offset=R_ROWS])
                 no += 1
             q += 1
@@ -133,12 +144,14 @@ def _opened(
     open_keys: I64P,
     first_keys: I64P,
     first_starts: I64P,
+    lasts: I64P,
     no: Int,
     mut nd: Int,
 ):
-    """Open record `no` (key `key`, words at `rec`) was written: its key, and its start
-    when it is its key's first."""
+    """Open record `no` (key `key`, words at `rec`) was written: its key and last row's
+    time, and its start when it is its key's first."""
     open_keys[unsafe_offset=no] = key
+    lasts[unsafe_offset=no] = rec[unsafe_offset=R_LAST]
     if nd == 0 or first_keys[unsafe_offset=nd - 1] != key:
         first_keys[unsafe_offset=nd] = key
         first_starts[unsafe_offset=nd] = rec[unsafe_offset=R_START]

@@ -302,7 +302,9 @@ def sort_run(keys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return _backend.current().backend.sort_run(np.asarray(keys), np.asarray(ts))
 
 
-def gather_runs(runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray) -> KeyedRows:
+def gather_runs(
+    runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray, capacity: int | None = None
+) -> KeyedRows:
     """Some keys' rows read back from runs sorted by (key, ts) (see `rolling_at`).
 
     Args:
@@ -310,12 +312,16 @@ def gather_runs(runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray) -
             arrival order.
         keys: the keys wanted (int64, sorted, distinct); from_ns: per key, the first
             time wanted (ns, inclusive).
+        capacity: how many rows the caller expects (a hint: room for that many is
+            allocated first, for all of the runs' rows when they are more).
     Returns:
         Per key, its rows with ts >= its ``from_ns`` from every run, in ts order, ties
         to the earlier run (arrival order), values as float64 with NaN for null, and
         each row's index in the runs' concatenation (``rows``).
     """
-    return _backend.current().backend.gather_runs(runs, np.asarray(keys), np.asarray(from_ns))
+    return _backend.current().backend.gather_runs(
+        runs, np.asarray(keys), np.asarray(from_ns), capacity
+    )
 
 
 def resume_sessions(

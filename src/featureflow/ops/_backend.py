@@ -62,8 +62,9 @@ class Backend(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
     def gather_runs(
-        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray
-    ) -> KeyedRows: ...
+        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+        capacity: int | None = None,
+    ) -> KeyedRows: ...  # fmt: skip
 
     def resume_sessions(
         self, init: InitialRecords, keys: np.ndarray, kept: KeyedRows, new: KeyedRows,

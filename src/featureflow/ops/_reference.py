@@ -231,8 +231,9 @@ class ReferenceBackend:
         return reference_sort_run(keys, ts)
 
     def gather_runs(
-        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray
-    ) -> KeyedRows:
+        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+        capacity: int | None = None,
+    ) -> KeyedRows:  # fmt: skip
         from featureflow.ops._resume import reference_gather_runs
 
         return reference_gather_runs(runs, keys, from_ns)

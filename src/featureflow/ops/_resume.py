@@ -114,12 +114,14 @@ def pooled(shape: tuple[int, ...], dtype: type = np.int64) -> np.ndarray:
 @dataclass(frozen=True)
 class Spliced:
     """`featureflow.ops.splice_records`' result: the open and the closed records (each
-    sorted by key), each open record's key (contiguous), each key of the open records
-    with its first open record's start, and the rows the open records hold."""
+    sorted by key), each open record's key and last row's time (contiguous), each key
+    of the open records with its first open record's start, and the rows the open
+    records hold."""
 
     open: np.ndarray
     closed: np.ndarray
     keys: np.ndarray
+    lasts: np.ndarray
     first_keys: np.ndarray
     first_starts: np.ndarray
     rows: int
@@ -293,5 +295,5 @@ def reference_splice_records(
     opened = merged[~done]
     own = opened[:, R_KEY].copy()
     first = np.flatnonzero(np.r_[True, own[1:] != own[:-1]])[: len(own)]
-    return Spliced(opened, merged[done], own, own[first], opened[first, R_START],
-                   int(opened[:, R_ROWS].sum()))  # fmt: skip
+    return Spliced(opened, merged[done], own, opened[:, R_LAST].copy(), own[first],
+                   opened[first, R_START], int(opened[:, R_ROWS].sum()))  # fmt: skip

@@ -264,38 +264,43 @@ class NativeBackend:
         return order, distinct[:g], offsets[: g + 1]
 
     def gather_runs(
-        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray
-    ) -> KeyedRows:
-        """The keys' rows at or after ``from_ns`` from every run, in ts order (runs.mojo)."""
+        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+        capacity: int | None = None,
+    ) -> KeyedRows:  # fmt: skip
+        """The keys' rows at or after ``from_ns`` from every run, in ts order (runs.mojo);
+        ``capacity``: the rows expected (more: the call is made again with room for all)."""
         ncols = len(runs[0][2]) if runs else 0
-        capacity = max(sum(len(run[1]) for run in runs), 1)
+        everything = max(sum(len(run[1]) for run in runs), 1)
+        room = everything if capacity is None else max(min(capacity, everything), 1)
         keys = np.ascontiguousarray(keys, dtype=np.int64)
         from_ns = np.ascontiguousarray(from_ns, dtype=np.int64)
-        offsets = np.empty(len(keys) + 1, np.int64)
-        ts = np.empty(capacity, np.int64)
-        rows = np.empty(capacity, np.int64)
-        scratch = np.empty(2 * capacity, np.int64)
-        values = [np.empty(capacity, np.float64) for _ in range(ncols)]
-        words = [len(runs), ncols, len(keys), keys.ctypes.data, from_ns.ctypes.data,
-                 offsets.ctypes.data, ts.ctypes.data, rows.ctypes.data, scratch.ctypes.data,
-                 0]  # fmt: skip
-        held = []  # keep converted columns alive during the call
+        head = [len(runs), ncols, len(keys), keys.ctypes.data, from_ns.ctypes.data]
+        inputs: list[int] = []
+        held: list[object] = []  # keep converted columns alive during the call
         for run_keys, run_ts, _ in runs:
             run_keys = np.ascontiguousarray(run_keys, dtype=np.int64)
             run_ts = np.ascontiguousarray(run_ts, dtype=np.int64)
             held += [run_keys, run_ts]
-            words += [len(run_ts), run_keys.ctypes.data, run_ts.ctypes.data]
+            inputs += [len(run_ts), run_keys.ctypes.data, run_ts.ctypes.data]
         for _, _, columns in runs:
             for column in columns:
                 if column.type not in VALUE_TYPES:
                     column = pa.array(float_values(column))
                 held.append(column)
                 data = descriptor.address(column, 1) + column.offset * column.type.byte_width
-                words += [data, VALUE_TYPES[column.type], descriptor.address(column, 0),
-                          column.offset]  # fmt: skip
-        words += [int(v.ctypes.data) for v in values]
-        m = self._call("gather_runs", words)
-        return KeyedRows(ts[:m], [v[:m] for v in values], offsets, rows[:m])
+                inputs += [data, VALUE_TYPES[column.type], descriptor.address(column, 0),
+                           column.offset]  # fmt: skip
+        while True:
+            offsets = pooled((len(keys) + 1,))
+            ts, rows, scratch = pooled((room,)), pooled((room,)), pooled((2 * room,))
+            values = [pooled((room,), np.float64) for _ in range(ncols)]
+            words = [*head, offsets.ctypes.data, ts.ctypes.data, rows.ctypes.data,
+                     scratch.ctypes.data, room, *inputs,
+                     *(v.ctypes.data for v in values)]  # fmt: skip
+            m = self._call("gather_runs", words)
+            if m >= 0:
+                return KeyedRows(ts[:m], [v[:m] for v in values], offsets, rows[:m])
+            room = everything
 
     def resume_sessions(
         self, init: InitialRecords, keys: np.ndarray, kept: KeyedRows, new: KeyedRows,
@@ -346,15 +351,17 @@ class NativeBackend:
         width = old.shape[1]
         room = len(old) + len(new)
         opened, closed = pooled((room, width)), pooled((room, width))
-        own, first_keys, first_starts = pooled((room,)), pooled((room,)), pooled((room,))
+        own, lasts = pooled((room,)), pooled((room,))
+        first_keys, first_starts = pooled((room,)), pooled((room,))
         counts = np.zeros(4, np.int64)
         words = [len(old), width, old.ctypes.data, len(keys), cut.ctypes.data, end.ctypes.data,
                  len(new), new.ctypes.data, keys.ctypes.data, gap, max_length, watermark,
                  opened.ctypes.data, closed.ctypes.data, counts.ctypes.data, own.ctypes.data,
-                 first_keys.ctypes.data, first_starts.ctypes.data]  # fmt: skip
+                 first_keys.ctypes.data, first_starts.ctypes.data, lasts.ctypes.data]  # fmt: skip
         self._call("splice_records", words)
         n, c, d, rows = (int(x) for x in counts)
-        return Spliced(opened[:n], closed[:c], own[:n], first_keys[:d], first_starts[:d], rows)
+        return Spliced(opened[:n], closed[:c], own[:n], lasts[:n], first_keys[:d],
+                       first_starts[:d], rows)  # fmt: skip
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """The merged order of runs (indices into their concatenation), rows before
