@@ -77,37 +77,34 @@ def supported(spec: StreamViewSpec, schema: pa.Schema) -> bool:
 class SessionStates:
     """Open sessions and checkpoints of a session view's entities, as records.
 
-    ``open``: every open session (int64 records, word :data:`R_KEY` the entity),
-    sorted by entity then start, with their entities, each entity's first open start
-    and the events they hold (:class:`featureflow.ops.Spliced`: read from records
-    column by column, each of those would cost a pass over them); ``checkpoints``:
-    sorted by entity then time, each inside one of the open sessions, and
-    ``checkpoint_keys`` their entities; ``signature``: the gap, max length (ns) and
-    value columns the records were computed with.
+    ``sessions``: every open session (int64 records, word :data:`R_KEY` the entity),
+    sorted by entity then start; ``keys`` and ``lasts``: each one's entity and last
+    event time, and ``first_keys``/``first_starts`` each entity's first open start
+    (kept apart: read from the records column by column, each would cost a pass over
+    them); ``live_rows``: the events they hold; ``checkpoints``: sorted by entity then
+    time, each inside one of the open sessions, and ``checkpoint_keys`` their entities;
+    ``signature``: the gap, max length (ns) and value columns the records answer.
     """
 
-    open: Spliced
+    sessions: np.ndarray
+    keys: np.ndarray
+    lasts: np.ndarray
+    first_keys: np.ndarray
+    first_starts: np.ndarray
+    live_rows: int
     checkpoints: np.ndarray
     checkpoint_keys: np.ndarray
     signature: tuple[int, int, tuple[str, ...]]
 
     @property
-    def sessions(self) -> np.ndarray:
-        """The open sessions' records."""
-        return self.open.open
-
-    @property
     def nbytes(self) -> int:
-        return int(self.sessions.nbytes + self.checkpoints.nbytes)
-
-    @property
-    def live_rows(self) -> int:
-        """The events the open sessions hold."""
-        return self.open.rows
+        arrays = (self.sessions, self.keys, self.lasts, self.first_keys, self.first_starts,
+                  self.checkpoints, self.checkpoint_keys)  # fmt: skip
+        return sum(int(a.nbytes) for a in arrays)
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """(entities, first open session's start): each entity's first live event time."""
-        return self.open.first_keys, self.open.first_starts
+        return self.first_keys, self.first_starts
 
 
 def signature(spec: StreamViewSpec) -> tuple[int, int, tuple[str, ...]]:
@@ -153,7 +150,10 @@ def _states(
             newest_old = old & ~np.r_[(ckeys[1:] == ckeys[:-1]) & old[1:], False]
             keep &= ~old | newest_old
         checkpoints, ckeys = checkpoints[keep], ckeys[keep]
-    return SessionStates(opened, checkpoints, ckeys, signature(spec))
+    return SessionStates(
+        opened.open, opened.keys, opened.lasts, opened.first_keys, opened.first_starts,
+        opened.rows, checkpoints, ckeys, signature(spec),
+    )  # fmt: skip
 
 
 def build(
@@ -234,11 +234,11 @@ def advance(
     assert spec.session_gap_ns is not None
     width = states.sessions.shape[1]
     sessions, checkpoints = states.sessions, states.checkpoints
-    lo, hi = ops.record_segments(states.open.keys, touched)
+    lo, hi = ops.record_segments(states.keys, touched)
     has = hi > lo
     first_new = new.ts[new.offsets[:-1]]
     latest = np.maximum(hi - 1, 0)
-    last_ns = states.open.lasts[latest] if len(sessions) else np.zeros(len(touched), np.int64)
+    last_ns = states.lasts[latest] if len(sessions) else np.zeros(len(touched), np.int64)
     extend = has & (first_new >= last_ns)
     start_at = np.where(extend, latest, -1)  # the record each entity starts from
     cut = np.where(extend, hi - 1, hi)  # an entity's sessions from cut on are recomputed
