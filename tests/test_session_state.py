@@ -330,6 +330,47 @@ def test_an_event_that_bridges_two_open_sessions_joins_them() -> None:
     assert history.column("session_events").to_pylist() == [len(ts)]
 
 
+def test_the_numpy_backend_keeps_the_same_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reference backend runs the same algorithm (records in Python): the same
+    sessions and state as the oracle on it, sums to the rounding of its prefix sums."""
+    from featureflow.ops import _backend
+
+    monkeypatch.setenv(_backend.ENV_VAR, "numpy")
+    _backend.reset()
+    try:
+        spec = SPECS["10m gap, 25m cap"]
+        rng = np.random.default_rng(3)
+        n = 300
+        ts = END_NS + np.cumsum(rng.choice([1, 30, 900], n, p=[0.6, 0.35, 0.05])) * 10**9
+        ts[rng.random(n) < 0.1] -= MINUTE
+        events = pa.table({"user_id": rng.integers(1, 4, n), "event_ns": ts,
+                           "amount": np.round(rng.lognormal(3, 1, n), 2)})  # fmt: skip
+        state = ours = events.slice(0, 0)
+        carried = None
+        stream = Stream(events, list(range(30, n, 30)), [True], [False], [False], 0.0)
+        for batch, watermark in _passes(stream, spec.watermark_ns):
+            want = session_step_in_time_order(pa.concat_tables([state, batch]), batch.num_rows,
+                                              spec, watermark, touched_only=False)  # fmt: skip
+            got = session_step(pa.concat_tables([ours, batch.cast(ours.schema)]),
+                               batch.num_rows, spec, watermark, states=carried)  # fmt: skip
+            for a, b in ((got.rows, want.rows), (got.history, want.history)):
+                assert a.schema.equals(b.schema)
+                for name in a.column_names:
+                    x, y = a.column(name).to_pylist(), b.column(name).to_pylist()
+                    if pa.types.is_floating(a.schema.field(name).type):
+                        np.testing.assert_allclose(np.array(x, float), np.array(y, float),
+                                                   rtol=1e-9, err_msg=name)  # fmt: skip
+                    else:
+                        assert x == y, name
+            _same(_by_entity_and_time(state_events(got.kept, spec), "event_ns"),
+                  _by_entity_and_time(want.kept, "event_ns"), "state events")  # fmt: skip
+            state, ours = want.kept, got.kept
+            carried = got.frames if isinstance(got.frames, session_state.SessionStates) else None
+            assert carried is not None
+    finally:
+        _backend.reset()
+
+
 def test_the_kept_sessions_take_every_path() -> None:
     """A stream that extends sessions, resumes from checkpoints and session starts, closes
     by gap and by length, compacts, and is rebuilt after losing the kept sessions."""

@@ -21,7 +21,9 @@ events (:func:`advance`):
   record becomes its offline row.
 
 The records hold the additions the session kernel makes, in its order, so the
-features equal a pass over the sessions' events bit for bit. A batch on a worker
+features equal a pass over the sessions' events bit for bit (on the Mojo backend;
+the numpy reference makes the same additions in Python, where its own session
+kernel sums by prefix differences, equal to rounding). A batch on a worker
 without the states (a replay, a restart, another executor) first builds them
 from the runs (:func:`build`, one pass over the state), which gives the same
 records. The states are worker memory only: never written.
