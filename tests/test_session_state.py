@@ -371,6 +371,33 @@ def test_the_numpy_backend_keeps_the_same_sessions(monkeypatch: pytest.MonkeyPat
         _backend.reset()
 
 
+def test_a_state_saved_in_time_order_continues_as_runs() -> None:
+    """A checkpoint of the former layout (the open sessions' events in time order, no
+    closed watermark) is read as one run; the next batch's outputs are the oracle's, its
+    delta rebuilds the new table from the old one."""
+    spec = SPECS["30m gap, 24h cap"]
+    rng = np.random.default_rng(11)
+    n = 600
+    ts = END_NS + np.cumsum(rng.choice([1, 60, 2400], n, p=[0.5, 0.45, 0.05])) * 10**9
+    events = pa.table({"user_id": rng.integers(1, 6, n), "event_ns": ts,
+                       "amount": np.round(rng.lognormal(3, 1, n), 2)})  # fmt: skip
+    first, second = events.slice(0, 400), events.slice(400)
+    w1 = int(ts[399]) - spec.watermark_ns
+    old = session_step_in_time_order(first, first.num_rows, spec, w1).kept
+    assert not session_runs.is_session_runs(old)
+    second = second.filter(pc.greater_equal(second.column("event_ns"), w1))
+    w2 = int(ts[-1]) - spec.watermark_ns
+    pending = pa.concat_tables([old, second])
+    got = session_step(pending, second.num_rows, spec, w2)
+    want = session_step_in_time_order(pending, second.num_rows, spec, w2, touched_only=False)
+    _same(got.rows, want.rows, "online rows")
+    _same(got.history, want.history, "history")
+    assert got.delta is not None
+    _same(got.delta.apply(old), got.kept, "delta")
+    _same(_by_entity_and_time(state_events(got.kept, spec), "event_ns"),
+          _by_entity_and_time(want.kept, "event_ns"), "state events")  # fmt: skip
+
+
 def test_the_kept_sessions_take_every_path() -> None:
     """A stream that extends sessions, resumes from checkpoints and session starts, closes
     by gap and by length, compacts, and is rebuilt after losing the kept sessions."""
