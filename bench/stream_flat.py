@@ -56,7 +56,7 @@ from featureflow.repo import StreamViewSpec  # noqa: E402
 from featureflow.spark import online_sink  # noqa: E402
 from featureflow.spark.offline_sink import OfflineFeatureLog  # noqa: E402
 from featureflow.spark.state import StateStore, drop_resident, wait_for_snapshots  # noqa: E402
-from featureflow.window_state import rolling_outputs, session_outputs  # noqa: E402
+from featureflow.window_state import rolling_outputs, session_outputs, state_events  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 STATE_PHASES = ("state_load", "compute", "state_save")
@@ -116,11 +116,14 @@ def state_memory(store: StateStore, spec: StreamViewSpec, batch: int) -> dict[st
     per entity, and on disk (the snapshot and the deltas after it)."""
     kept = store.load_events(0, before_batch=batch + 1)
     assert kept is not None
+    # a session view's runs also hold rows of closed sessions until a compaction
+    live = state_events(kept, spec).num_rows if spec.is_session_view else None
     entities = len(pc.unique(kept.column(spec.join_key)))
     directory = Path(store.root) / f"partitions={store.partitions}" / "part-00000"
     on_disk = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
     return {
         "events": kept.num_rows,
+        "live_events": live,
         "entities": entities,
         "bytes": kept.nbytes,
         "bytes_per_event": round(kept.nbytes / max(kept.num_rows, 1), 1),
@@ -218,14 +221,18 @@ def markdown(record: dict[str, Any]) -> str:
                 f"| {view['view']} | {case} | {rows:,} | {cells} "
                 f"| {sum(seconds.values()):.3f} | {ratio} | {cpu:.3f} | {cpu_ratio} |"
             )
-    lines += ["", "State held after the last batch (Arrow in memory; files on disk):", "",
-              "| view | events | entities | bytes/event | bytes/entity | disk bytes | files "
-              "| snapshot wait s |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += ["", "State held after the last batch (Arrow in memory; files on disk; of a "
+              "session view's events held, those of open sessions):", "",
+              "| view | events | of them live | entities | bytes/event | bytes/entity "
+              "| disk bytes | files | snapshot wait s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for view in record["views"]:
         m = view["memory"]
+        live = m.get("live_events")
         lines.append(
-            f"| {view['view']} | {m['events']:,} | {m['entities']:,} | {m['bytes_per_event']} "
+            f"| {view['view']} | {m['events']:,} | {'–' if live is None else f'{live:,}'} "
+            f"| {m['entities']:,} "
+            f"| {m['bytes_per_event']} "
             f"| {m['bytes_per_entity']} | {m['disk_bytes']:,} | {len(m.get('files', []))} "
             f"| {view.get('snapshot_wait_s', '')} |"
         )

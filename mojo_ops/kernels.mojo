@@ -58,6 +58,8 @@ def abi() raises -> PythonObject:
     facts["stream_convert"] = rolling.STREAM_CONVERT
     facts["stream_bucketed"] = rolling.STREAM_BUCKETED
     facts["frame_words"] = rolling.FRAME_WORDS
+    facts["session_record_head"] = ses.R_HEAD
+    facts["session_record_column"] = ses.R_COL
     var aggs = Python.dict()
     aggs["count"] = A_COUNT
     aggs["sum"] = A_SUM
@@ -231,6 +233,46 @@ def sessions(desc: PythonObject) raises -> PythonObject:
     return PythonObject(ses.sessions(_desc(desc)))
 
 
+def resume_sessions(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var rows: Int
+    with GILReleased(Python()):
+        rows = ses.resume_sessions(d)
+    return PythonObject(rows)
+
+
+def record_segments(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var keys: Int
+    with GILReleased(Python()):
+        keys = ses.record_segments(d)
+    return PythonObject(keys)
+
+
+def splice_records(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var rows: Int
+    with GILReleased(Python()):
+        rows = ses.splice_records(d)
+    return PythonObject(rows)
+
+
+def sort_run(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var keys: Int
+    with GILReleased(Python()):
+        keys = runs.sort_run(d)
+    return PythonObject(keys)
+
+
+def gather_runs(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var rows: Int
+    with GILReleased(Python()):
+        rows = runs.gather_runs(d)
+    return PythonObject(rows)
+
+
 def merge_runs(desc: PythonObject) raises -> PythonObject:
     var d = _desc(desc)
     var rows: Int
@@ -284,6 +326,22 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[hopping]("hopping", docstring="Hopping windows; see hopping.mojo.")
         m.def_function[sessions]("sessions", docstring="Session windows; see sessions/.")
+        m.def_function[resume_sessions](
+            "resume_sessions",
+            docstring="Sessions resumed from kept states; see sessions/_resume.mojo.",
+        )
+        m.def_function[record_segments](
+            "record_segments", docstring="Each key's kept session records; see sessions/_records."
+        )
+        m.def_function[splice_records](
+            "splice_records", docstring="Kept session records after a batch; see sessions/_records."
+        )
+        m.def_function[sort_run](
+            "sort_run", docstring="A batch's rows in (key, ts) order; see runs.mojo."
+        )
+        m.def_function[gather_runs](
+            "gather_runs", docstring="Some keys' rows from runs, in ts order; see runs.mojo."
+        )
         m.def_function[merge_runs](
             "merge_runs", docstring="Merge runs sorted by (key, ts); see runs.mojo."
         )

@@ -150,15 +150,17 @@ def sessions(
     aggregates = ", ".join(f"{sql} AS {name}" for name, (_, sql) in SESSION_AGGREGATES.items())
     max_ns = max_length_s * 10**9
     con = duckdb.connect()
-    con.register("events", events)
+    # every window orders equal times by input row (rid): one order for all of them, so
+    # an island's opener and the events tied with it land in the same island
+    con.register("events", events.append_column("rid", pa.array(range(events.num_rows))))
     return con.sql(
         f"""
         WITH RECURSIVE marked AS (
           SELECT *, CASE WHEN event_ns - lag(event_ns) OVER w > {gap_s * 10**9}
                          OR lag(event_ns) OVER w IS NULL THEN 1 ELSE 0 END AS opens
-          FROM events WINDOW w AS (PARTITION BY user_id ORDER BY event_ns)
+          FROM events WINDOW w AS (PARTITION BY user_id ORDER BY event_ns, rid)
         ), islands AS (
-          SELECT *, sum(opens) OVER (PARTITION BY user_id ORDER BY event_ns
+          SELECT *, sum(opens) OVER (PARTITION BY user_id ORDER BY event_ns, rid
                                      ROWS UNBOUNDED PRECEDING) AS island
           FROM marked
         ), long_islands AS (
@@ -166,7 +168,8 @@ def sessions(
           HAVING max(event_ns) - min(event_ns) > {max_ns}
         ), long_rows AS (
           SELECT i.user_id, i.island, i.event_ns,
-                 row_number() OVER (PARTITION BY i.user_id, i.island ORDER BY i.event_ns) AS rn
+                 row_number() OVER (PARTITION BY i.user_id, i.island ORDER BY i.event_ns, i.rid)
+                   AS rn
           FROM islands i JOIN long_islands l ON i.user_id = l.user_id AND i.island = l.island
         ), walk(user_id, island, rn, piece, start_ns) AS (
           SELECT user_id, island, rn, 1, event_ns FROM long_rows WHERE rn = 1

@@ -146,6 +146,11 @@ def features_at_resuming(
     return pa.table(columns), kept
 
 
+def aggregated_columns(spec: StreamViewSpec) -> list[str]:
+    """The event columns the view's aggregations read, in first-use order."""
+    return list(_aggregations_by_column(spec))
+
+
 def _aggregations_by_column(spec: StreamViewSpec) -> dict[str, list[AggregationSpec]]:
     """The view's aggregations grouped by the event column they read (first-use order)."""
     by_column: dict[str, list[AggregationSpec]] = defaultdict(list)

@@ -15,13 +15,19 @@ A delta's parts:
   arrival order, or for a tile table the partials of the tiles it closed;
 - ``order``, how the table is arranged after appending: :data:`APPEND` (version
   ``b - 1``'s rows, then the appended ones), :data:`TIME` (that, stably sorted by
-  event time: :func:`in_time_order`) or :data:`RUNS` (the appended rows become a
-  new run, then runs merge and are pruned: :func:`featureflow.state_runs.compact`);
+  event time: :func:`in_time_order`), :data:`RUNS` (the appended rows become a
+  new run, then runs merge and are pruned: :func:`featureflow.state_runs.compact`)
+  or :data:`SESSIONS` (a session view's runs, :mod:`featureflow.session_runs`: the
+  appended rows become a new run);
 - what leaves: for :data:`APPEND` and :data:`TIME`, the rows whose ``cut_column``
   is before ``cut`` (epoch ns; None: none leave by time) and, per key of
   ``keep_from`` (columns ``key`` and :data:`KEEP_FROM`), that key's rows with an
   event time before its bound (int64 max: all of them). For :data:`RUNS` ``cut``
-  is the pruning cut of the compaction, which drops rows before it lazily.
+  is the pruning cut of the compaction, which drops rows before it lazily. For
+  :data:`SESSIONS`, ``closed`` is the watermark the state has closed its sessions
+  under (whose rows leave lazily), and a ``keep_from`` compacts the runs into one
+  holding only the rows of its keys at or after their bounds
+  (:func:`featureflow.session_runs.compact`).
 
 Pure functions of Arrow tables: the stream job's state store
 (:mod:`featureflow.spark.state`) writes and reads deltas, the window-state
@@ -37,13 +43,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow import state_runs
+from featureflow import session_runs, state_runs
 from featureflow.columns import EVENT_NS
 
 APPEND: Final = "append"
 TIME: Final = "time"
 RUNS: Final = "runs"
-ORDERS: Final = (APPEND, TIME, RUNS)
+SESSIONS: Final = "sessions"
+ORDERS: Final = (APPEND, TIME, RUNS, SESSIONS)
 KEEP_FROM: Final = "keep_from_ns"
 """Column of a delta's ``keep_from`` table: the key's first event time that stays (ns)."""
 
@@ -94,17 +101,26 @@ class StateDelta:
     key: str | None = None
     """The join key (runs, ``keep_from``)."""
     keep_from: pa.Table | None = None
+    closed: int | None = None
+    """:data:`SESSIONS`: the watermark (ns) the state closed its sessions under."""
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
             msg = f"order {self.order!r} is none of {ORDERS}"
             raise ValueError(msg)
-        if (self.order == RUNS or self.keep_from is not None) and self.key is None:
+        runs = self.order in (RUNS, SESSIONS)
+        if (runs or self.keep_from is not None) and self.key is None:
             msg = "a runs-ordered delta or one with keep_from needs the join key"
             raise ValueError(msg)
 
     def apply(self, prior: pa.Table | None) -> pa.Table:
         """Version ``b`` from version ``b - 1`` (``prior``; None: no earlier version)."""
+        if self.order == SESSIONS:
+            assert self.key is not None
+            runs = session_runs.runs_of(prior, self.key)
+            if self.appended.num_rows:
+                runs.append(session_runs.sorted_run(self.appended, self.key)[0])
+            return self.from_session_runs(runs)
         if self.order == RUNS:
             assert self.key is not None
             return self.from_runs(runs_with(prior, self.appended, self.key))
@@ -138,6 +154,17 @@ class StateDelta:
         return state_runs.state_table(
             state_runs.compact(runs, self.key, cut), self.appended.schema
         )
+
+    def from_session_runs(self, runs: list[pa.Table]) -> pa.Table:
+        """The state table of :data:`SESSIONS` order: ``runs`` (the prior's and the
+        appended rows' run), compacted when ``keep_from`` is set, marked with ``closed``."""
+        assert self.key is not None
+        if self.keep_from is not None:
+            columns = session_runs.run_columns(runs, self.key, [])
+            keys = np.asarray(self.keep_from.column(self.key).to_numpy(), dtype=np.int64)
+            bounds = np.asarray(self.keep_from.column(KEEP_FROM).to_numpy(), dtype=np.int64)
+            runs = session_runs.compact(runs, columns, keys, bounds)
+        return session_runs.state_table(runs, self.appended.schema, self.closed)
 
 
 def keep_from_table(keys: pa.Array | pa.ChunkedArray, bounds: np.ndarray, key: str) -> pa.Table:

@@ -35,12 +35,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow import features, state_runs, tiles
+from featureflow import features, ops, session_runs, session_state, state_runs, tiles
 from featureflow.columns import EVENT_NS
-from featureflow.features import FrameStatesByColumn
+from featureflow.features import FrameStatesByColumn, aggregated_columns
+from featureflow.ops import KeyedRows
+from featureflow.ops._resume import float_values
 from featureflow.repo import SESSION_START, StreamViewSpec
+from featureflow.session_state import SessionStates
 from featureflow.state_delta import (
     RUNS,
+    SESSIONS,
     TIME,
     StateDelta,
     in_time_order,
@@ -100,11 +104,13 @@ class StateStep:
     rows: pa.Table
     history: pa.Table
     kept: pa.Table
-    delta: StateDelta
+    delta: StateDelta | None
+    """None: ``kept`` is to be saved whole (a session batch that rewrote its state)."""
     kept_tiles: pa.Table | None = None
     tiles_delta: StateDelta | None = None
-    frames: FrameStatesByColumn | None = None
-    """A runs-ordered view's frame states for ``kept`` (:func:`rolling_step`)."""
+    frames: FrameStatesByColumn | SessionStates | None = None
+    """A runs-ordered view's frame states for ``kept`` (:func:`rolling_step`), or a
+    session view's kept sessions (:func:`session_step`)."""
 
 
 def rolling_outputs(
@@ -286,10 +292,126 @@ def session_step(
     watermark_ns: int,
     *,
     touched_only: bool = True,
+    states: SessionStates | None = None,
 ) -> StateStep:
-    """:func:`session_outputs` with the state's delta: the new events appended, the state
-    kept in time order, and of each entity the kernels computed, the events before its
-    first open session dropped (all of them when it has none open)."""
+    """:func:`session_outputs` with the state's delta.
+
+    A view whose sessions :mod:`featureflow.session_state` can keep (integer join key,
+    float64 values, count/sum/mean/min/max) holds its state as runs sorted by (entity,
+    time) (:mod:`featureflow.session_runs`) and its open sessions as records
+    (``StateStep.frames``, a :class:`~featureflow.session_state.SessionStates`): given
+    back as ``states`` with the state table they came with (``kept``), the next batch
+    extends its entities' sessions from them and reads back from the runs only what an
+    out-of-order event needs; without them it first builds them from the runs (one
+    pass). The delta appends the new events as a run, raises the state's closed
+    watermark and, once the runs hold more closed sessions' events than open ones'
+    (or too many runs), compacts them. Other views, and ``touched_only=False`` (the
+    oracle: every entity computed from its events), take
+    :func:`session_step_in_time_order`. Both give the same online rows, offline history
+    and state events (:func:`state_events`), for event times in whole microseconds
+    (the job's are milliseconds: a session's start is kept to the microsecond).
+    """
+    key = spec.join_key
+    if not touched_only or not session_state.supported(spec, events.schema):
+        state_rows = events.num_rows - new_rows
+        if session_runs.is_session_runs(events.slice(0, state_rows)):
+            events = pa.concat_tables([
+                state_events(events.slice(0, state_rows), spec),
+                events.slice(state_rows).cast(session_runs.plain_schema(events.schema)),
+            ])  # fmt: skip
+        return session_step_in_time_order(
+            events, new_rows, spec, watermark_ns, touched_only=touched_only
+        )
+    state_rows = events.num_rows - new_rows
+    prior, new = events.slice(0, state_rows), events.slice(state_rows)
+    closed_before = session_runs.closed_ns(prior)
+    new_keys = session_runs.numpy_int64(new.column(key))
+    new_ts = session_runs.numpy_int64(new.column(EVENT_NS))
+    if closed_before is not None and new_rows and int(new_ts.min()) < closed_before:
+        return _session_step_rewritten(events, new_rows, spec, watermark_ns)
+    columns = aggregated_columns(spec)
+    runs = session_runs.runs_of(prior, key)
+    run_columns = session_runs.run_columns(runs, key, columns)
+    if states is None or states.signature != session_state.signature(spec):
+        states = session_state.build(run_columns, spec, closed_before)
+    order, touched, offsets = ops.sort_run(new_keys, new_ts)
+    new_run = new.take(pa.array(order)).combine_chunks() if new_rows else new
+    arrived = KeyedRows(
+        new_ts[order], [float_values(new_run.column(c)) for c in columns], offsets
+    )
+    advanced = session_state.advance(
+        states, run_columns, touched, arrived, spec, watermark_ns
+    )
+    key_type = events.schema.field(key).type
+    rows = session_state.feature_rows(advanced.latest, spec, key_type)
+    history = session_state.feature_rows(advanced.closed, spec, key_type)
+    closed = watermark_ns if closed_before is None else max(closed_before, watermark_ns)
+    if new_rows:
+        runs.append(new_run)
+        run_columns += session_runs.run_columns([new_run], key, [])
+    held = sum(run.num_rows for run in runs)
+    live = advanced.states.live_rows
+    keep_from = None
+    if session_runs.compaction_due(held, live, len(runs)):
+        bound_keys, bounds = advanced.states.bounds()
+        keep_from = keep_from_table(pa.array(bound_keys), bounds, key)
+        runs = session_runs.compact(runs, run_columns, bound_keys, bounds)
+    delta = StateDelta(new, SESSIONS, key=key, keep_from=keep_from, closed=closed)
+    kept = session_runs.state_table(runs, new.schema, closed)
+    return StateStep(rows, history, kept, delta, frames=advanced.states)
+
+
+def _session_step_rewritten(
+    events: pa.Table, new_rows: int, spec: StreamViewSpec, watermark_ns: int
+) -> StateStep:
+    """A batch with an event before the watermark the state closed its sessions under
+    (the job never has one: it dead-letters them): such an event may fall among closed
+    sessions' rows still in the runs, so the batch computes in time order over the
+    state's events (:func:`state_events`) and the new ones, and writes its state whole
+    (no delta): one run of exactly its open sessions' events, closed under the batch's
+    watermark."""
+    state_rows = events.num_rows - new_rows
+    plain = session_runs.plain_schema(events.schema)
+    logical = pa.concat_tables([
+        state_events(events.slice(0, state_rows), spec),
+        events.slice(state_rows).cast(plain),
+    ])  # fmt: skip
+    step = session_step_in_time_order(logical, new_rows, spec, watermark_ns)
+    run = session_runs.runs_of(step.kept, spec.join_key)
+    kept = session_runs.state_table(run, plain, watermark_ns)
+    return StateStep(step.rows, step.history, kept, None)
+
+
+def state_events(state: pa.Table, spec: StreamViewSpec) -> pa.Table:
+    """The events a session view's state table holds, in time order (ties in arrival
+    order per entity): a table in runs (:mod:`featureflow.session_runs`) without the rows
+    of its closed sessions; any other table as it is."""
+    if not session_runs.is_session_runs(state):
+        return state
+    key = spec.join_key
+    runs = session_runs.runs_of(state, key)
+    columns = session_runs.run_columns(runs, key, aggregated_columns(spec))
+    states = session_state.build(columns, spec, session_runs.closed_ns(state))
+    bound_keys, bounds = states.bounds()
+    live = session_runs.compact(runs, columns, bound_keys, bounds)
+    plain = session_runs.plain_schema(state.schema)
+    table = pa.concat_tables(live).cast(plain) if live else plain.empty_table()
+    events, _ = in_time_order(table, 0)
+    return events
+
+
+def session_step_in_time_order(
+    events: pa.Table,
+    new_rows: int,
+    spec: StreamViewSpec,
+    watermark_ns: int,
+    *,
+    touched_only: bool = True,
+) -> StateStep:
+    """:func:`session_outputs` over a state kept in time order (the views
+    :func:`session_step` keeps no sessions of, and its oracle): the new events appended,
+    the state sorted by time, and of each entity the kernels computed, the events
+    before its first open session dropped (all of them when it has none open)."""
     assert spec.session_gap_ns is not None
     gap, max_length = spec.session_gap_ns, spec.session_max_length_ns
     appended = events.slice(events.num_rows - new_rows)

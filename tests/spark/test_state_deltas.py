@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from micro_batches import micro_batches
 
+from featureflow import session_runs
 from featureflow.errors import StateError
 from featureflow.events import sample
 from featureflow.features import FrameStatesByColumn
@@ -43,7 +44,8 @@ ROLLING = dataclasses.replace(EXAMPLE_SPEC, watermark_ns=DELAY_NS)
 TILED = dataclasses.replace(ROLLING, tile_hop_ns=5 * 60 * 10**9)
 """State as raw events in time order plus tile partials."""
 SESSIONS = dataclasses.replace(SESSIONS_SPEC, watermark_ns=DELAY_NS)
-"""State in time order, two versions per batch (the view pass, then the closer's)."""
+"""State as runs with a closed watermark, two versions per batch (the view pass, then the
+closer's)."""
 SPECS = {"rolling": ROLLING, "tiled": TILED, "sessions": SESSIONS}
 
 
@@ -134,11 +136,18 @@ def _snapshots(every: int, share: float, fates: Iterator[str]) -> Iterator[None]
     fates=st.lists(st.sampled_from(["late", "now", "lost"]), min_size=1, max_size=8),
     lose=st.lists(st.booleans(), min_size=1, max_size=20),
     replays=st.lists(st.booleans(), min_size=1, max_size=8),
+    carry=st.lists(st.booleans(), min_size=1, max_size=8),
+    max_runs=st.sampled_from([2, session_runs.MAX_RUNS]),
 )  # fmt: skip
 def test_every_version_loads_as_the_resident_and_the_whole_file_one(
     tmp_path_factory: pytest.TempPathFactory, view: str, seed: int, cuts: list[int],
     every: int, share: float, fates: list[str], lose: list[bool], replays: list[bool],
+    carry: list[bool], max_runs: int,
 ) -> None:  # fmt: skip
+    """``carry``: after a batch whose versions were checked, the workers keep holding what
+    they computed (frame states, kept sessions) for the next batch; otherwise they hold
+    the versions as loaded from disk (without them). ``max_runs``: a session state is
+    compacted once it holds more runs (2: most batches compact)."""
     spec = SPECS[view]
     root = tmp_path_factory.mktemp(view)
     generated = sample.generate(800, users=15, seed=seed, end_ns=END_NS, span_s=6 * 3600)
@@ -148,7 +157,9 @@ def test_every_version_loads_as_the_resident_and_the_whole_file_one(
     whole = _WholeStore(str(root / "whole"), 1)
     offline = OfflineFeatureLog(str(root / "offline"), spec.name)
     losing, replaying = itertools.cycle(lose), itertools.cycle(replays)
-    with _snapshots(every, share, itertools.cycle(fates)):
+    carrying = itertools.cycle(carry)
+    with _snapshots(every, share, itertools.cycle(fates)), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(session_runs, "MAX_RUNS", max_runs)
         for batch_id, (batch, before, after) in enumerate(_batches(events, cuts)):
             runs = 2 if next(replaying) else 1  # a crash after the saves: Spark re-runs it
             for run in range(runs):
@@ -165,6 +176,7 @@ def test_every_version_loads_as_the_resident_and_the_whole_file_one(
                         _same(got.rows, want.rows, f"online rows of {batch_id}/{run}")
                         _same(got.history, want.history, f"history of {batch_id}/{run}")
                 resident = _state(deltas, batch_id + 1)
+                held = dict(state_module._RESIDENT)
                 drop_resident()
                 for rebuilt, oracle_table, part in zip(
                     _state(deltas, batch_id + 1), _state(whole, batch_id + 1),
@@ -172,6 +184,9 @@ def test_every_version_loads_as_the_resident_and_the_whole_file_one(
                 ):  # fmt: skip
                     _same(rebuilt, resident[0 if part == "events" else 1], f"{part} {batch_id}")
                     _same(rebuilt, oracle_table, f"{part} {batch_id} vs whole files")
+                if next(carrying):  # the workers still hold what they computed
+                    drop_resident()
+                    state_module._RESIDENT.update(held)
 
 
 def _run_view(spec: StreamViewSpec, store: StateStore, root: Path, events: pa.Table,

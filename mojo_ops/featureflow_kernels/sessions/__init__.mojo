@@ -4,7 +4,9 @@ Keyed input in ts order with a fixed gap and no std/var/count_distinct
 takes an in-order pass without a grouping copy (`_in_order` with
 first/last, `_by_close` without); count_distinct goes frame by frame
 (`_generic`); everything else groups the rows by key (`order.group_rows`)
-and aggregates each session over its contiguous rows here.
+and aggregates each session over its contiguous rows here. The stream job's
+session view resumes kept session states instead (`_resume`, their bookkeeping in
+`_records`).
 """
 
 from std.utils.numerics import isnan
@@ -31,6 +33,8 @@ from featureflow_kernels.sessions._generic import joins, sessions_generic
 from featureflow_kernels.sessions._in_order import sessions_in_order
 from featureflow_kernels.sessions._state import SREC
 from featureflow_kernels.sessions._by_close import sessions_by_close
+from featureflow_kernels.sessions._resume import R_COL, R_HEAD, resume_sessions
+from featureflow_kernels.sessions._records import record_segments, splice_records
 
 
 def sessions_in_order_scratch_bytes(n: Int, ngroups: Int) -> Int:

@@ -21,19 +21,28 @@ from featureflow.ops import _backend, _inputs, _nonfinite, _query, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
 from featureflow.ops._query import FrameStates
+from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 
 __all__ = [
     "AGGS",
     "FrameStates",
+    "InitialRecords",
+    "KeyedRows",
+    "Spliced",
     "backend",
     "backend_reason",
     "describe",
+    "gather_runs",
     "hopping",
     "merge_runs",
+    "record_segments",
+    "resume_sessions",
     "rolling",
     "rolling_at",
     "rolling_at_resuming",
     "sessions",
+    "sort_run",
+    "splice_records",
 ]
 
 
@@ -276,6 +285,102 @@ def merge_runs(runs: list[tuple[object, object]], cut_ns: int) -> np.ndarray:
     rows with ts < ``cut_ns`` left out. One linear pass on the Mojo backend."""
     parsed = [_run(k, t, pa.nulls(len(k), pa.float64()), i) for i, (k, t) in enumerate(runs)]  # type: ignore[arg-type]
     return _backend.current().backend.merge_runs(parsed, int(cut_ns))
+
+
+def sort_run(keys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's rows as one run (see `rolling_at`): sorted by key, then ts, ties in
+    input order (arrival order, for a batch as it came).
+
+    Args:
+        keys, ts: int64 numpy arrays of one length (ts in ns).
+    Returns:
+        (order, keys, offsets): the input row at each sorted position (int64); the
+        distinct keys in ascending order; where each key's rows start in that order
+        (int64, one more than the keys: key g's are ``[offsets[g], offsets[g + 1])``).
+        A counting sort on the Mojo backend (keys within a range of 4 rows a key).
+    """
+    return _backend.current().backend.sort_run(np.asarray(keys), np.asarray(ts))
+
+
+def gather_runs(
+    runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray, capacity: int | None = None
+) -> KeyedRows:
+    """Some keys' rows read back from runs sorted by (key, ts) (see `rolling_at`).
+
+    Args:
+        runs: (keys, ts, value columns) per run, keys and ts int64 numpy, the runs in
+            arrival order.
+        keys: the keys wanted (int64, sorted, distinct); from_ns: per key, the first
+            time wanted (ns, inclusive).
+        capacity: how many rows the caller expects (a hint: room for that many is
+            allocated first, for all of the runs' rows when they are more).
+    Returns:
+        Per key, its rows with ts >= its ``from_ns`` from every run, in ts order, ties
+        to the earlier run (arrival order), values as float64 with NaN for null, and
+        each row's index in the runs' concatenation (``rows``).
+    """
+    return _backend.current().backend.gather_runs(
+        runs, np.asarray(keys), np.asarray(from_ns), capacity
+    )
+
+
+def resume_sessions(
+    init: InitialRecords, keys: np.ndarray, kept: KeyedRows, new: KeyedRows, gap_ns: int,
+    max_length_ns: int | None, every: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Session states continued over more rows (`featureflow.ops._resume` has the layout).
+
+    Per work key k (``keys[k]``; its initial record, ``init``, is a session's state over
+    the key's rows before some time X, or none), the key's rows at or after X in time
+    order — its ``kept`` rows merged with its ``new`` rows, the kept first on equal
+    times — go through `sessions`' rule with the length cap: a row joins the open
+    session when ts <= last row's ts + ``gap_ns`` and ts - start <= ``max_length_ns``
+    (None or 0: no cap), else it opens the next. A session record's ``R_AT`` word
+    counts the rows since the key's last checkpoint: give a record back as it came
+    (a checkpoint's with that word 0).
+
+    Returns:
+        (sessions, checkpoints, latest): int64 record arrays. Every session from the
+        initial one on, in key then start order, with the work key's index as key word;
+        a checkpoint before the first row of each new time once ``every`` rows went by
+        since the last (0: none): the open session over exactly the rows with time <
+        its ``R_AT`` word; and each key's last session, with ``keys[k]`` as key word
+        (rows 0 when it has none). Count, min and max, the finite values' compensated
+        sum and the order of its additions are the session kernel's, so records answer
+        the aggregates bit for bit as `sessions` over the same rows (Mojo backend).
+    """
+    impl = _backend.current().backend
+    return impl.resume_sessions(
+        init, np.asarray(keys), kept, new, int(gap_ns), int(max_length_ns or 0), every
+    )
+
+
+def record_segments(own: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which session records each key owns: ``own`` is the records' keys (sorted), ``keys``
+    the wanted ones (sorted, distinct); returns (lo, hi), int64 per wanted key: its
+    records are ``[lo, hi)`` (lo == hi where it has none, at the position they would
+    take). One merge of the two sequences on the Mojo backend."""
+    return _backend.current().backend.record_segments(np.asarray(own), np.asarray(keys))
+
+
+def splice_records(
+    old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray, keys: np.ndarray,
+    gap_ns: int, max_length_ns: int, watermark_ns: int | None,
+) -> Spliced:  # fmt: skip
+    """Session records after a batch, split by the watermark.
+
+    ``old`` records are sorted by key; for each touched key k (``keys``, sorted), its
+    records ``old[cut[k]:end[k]]`` are replaced by the ``new`` records whose key word is
+    k (the index; nondecreasing), which get ``keys[k]`` as their key. Every record of
+    the result goes to the closed records when last + ``gap_ns`` < ``watermark_ns`` or
+    start + ``max_length_ns`` < ``watermark_ns`` (None: none closes), else to the open
+    ones (:class:`~featureflow.ops._resume.Spliced` has them, each sorted by key as
+    ``old`` was, and the open ones' keys, first starts and rows). One pass on the Mojo
+    backend."""
+    mark = np.iinfo(np.int64).min if watermark_ns is None else int(watermark_ns)
+    return _backend.current().backend.splice_records(
+        old, cut, end, new, np.asarray(keys), int(gap_ns), int(max_length_ns), mark
+    )
 
 
 def hopping(

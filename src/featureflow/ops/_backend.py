@@ -16,6 +16,7 @@ import numpy as np
 
 from featureflow.ops._inputs import Series
 from featureflow.ops._query import Plan, Run
+from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 BackendName = Literal["mojo", "numpy"]
@@ -55,6 +56,29 @@ class Backend(Protocol):
         ...
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray: ...
+
+    def sort_run(
+        self, keys: np.ndarray, ts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def gather_runs(
+        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+        capacity: int | None = None,
+    ) -> KeyedRows: ...  # fmt: skip
+
+    def resume_sessions(
+        self, init: InitialRecords, keys: np.ndarray, kept: KeyedRows, new: KeyedRows,
+        gap: int, max_length: int, every: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...  # fmt: skip
+
+    def record_segments(
+        self, own: np.ndarray, keys: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def splice_records(
+        self, old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray,
+        keys: np.ndarray, gap: int, max_length: int, watermark: int,
+    ) -> Spliced: ...  # fmt: skip
 
     def hopping(
         self,

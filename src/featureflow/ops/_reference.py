@@ -24,6 +24,7 @@ from featureflow.ops._tables import OutputColumn, WindowBounds
 
 if TYPE_CHECKING:
     from featureflow.ops._query import Plan, Run
+    from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,44 @@ class ReferenceBackend:
 
         reference_rolling_at(runs, plan, windows, hop, aggs, columns)
         return False
+
+    def sort_run(
+        self, keys: np.ndarray, ts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        from featureflow.ops._resume import reference_sort_run
+
+        return reference_sort_run(keys, ts)
+
+    def gather_runs(
+        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+        capacity: int | None = None,
+    ) -> KeyedRows:  # fmt: skip
+        from featureflow.ops._resume import reference_gather_runs
+
+        return reference_gather_runs(runs, keys, from_ns)
+
+    def resume_sessions(
+        self, init: InitialRecords, keys: np.ndarray, kept: KeyedRows, new: KeyedRows,
+        gap: int, max_length: int, every: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        from featureflow.ops._resume import reference_resume_sessions
+
+        return reference_resume_sessions(init, keys, kept, new, gap, max_length, every)
+
+    def record_segments(
+        self, own: np.ndarray, keys: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        from featureflow.ops._resume import reference_record_segments
+
+        return reference_record_segments(own, keys)
+
+    def splice_records(
+        self, old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray,
+        keys: np.ndarray, gap: int, max_length: int, watermark: int,
+    ) -> Spliced:  # fmt: skip
+        from featureflow.ops._resume import reference_splice_records
+
+        return reference_splice_records(old, cut, end, new, keys, gap, max_length, watermark)
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """Indices into the runs' concatenation in (key, ts) order, stable, without

@@ -25,6 +25,7 @@ import pyarrow as pa
 from featureflow import ops, tiles
 from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec, cached_store
+from featureflow.session_state import SessionStates
 from featureflow.spark import failpoints
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
@@ -111,8 +112,9 @@ class ViewOutputs:
     delta: StateDelta | None = None
     """How ``kept`` follows from the state the task read (what the save writes)."""
     tiles_delta: StateDelta | None = None
-    frames: FrameStatesByColumn | None = None
-    """Frame states computed with ``kept``, held beside it in the worker."""
+    frames: FrameStatesByColumn | SessionStates | None = None
+    """Frame states (rolling) or kept sessions (sessions) computed with ``kept``, held
+    beside it in the worker."""
 
     @property
     def new_rows(self) -> int:
@@ -173,14 +175,18 @@ class ViewTask:
         assert events is not None
         new_rows = 0 if new_events is None else new_events.num_rows
         clock.lap("state_load")
+        carried = None if prior is None else self.state.take_frames(partition, prior)
         if self.spec.is_session_view:
-            step = session_step(events, new_rows, self.spec, self.watermark_ns)
+            step = session_step(
+                events, new_rows, self.spec, self.watermark_ns,
+                states=carried if isinstance(carried, SessionStates) else None,
+            )  # fmt: skip
         else:
-            frames = None if prior is None else self.state.take_frames(partition, prior)
             step = rolling_step(
-                events, new_rows, self.spec, self.watermark_ns, prior_tiles, frames=frames,
+                events, new_rows, self.spec, self.watermark_ns, prior_tiles,
+                frames=None if isinstance(carried, SessionStates) else carried,
                 frames_owned=True,
-            )
+            )  # fmt: skip
         clock.lap("compute")
         if not new_rows and not step.history.num_rows:
             return None  # no session closed: the newest state version stays valid

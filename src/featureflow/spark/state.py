@@ -97,6 +97,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -112,6 +113,11 @@ from featureflow.state_delta import StateDelta
 
 if TYPE_CHECKING:
     from featureflow.features import FrameStatesByColumn
+    from featureflow.session_state import SessionStates
+
+    Carried = FrameStatesByColumn | SessionStates
+    """What a worker holds beside a version: a rolling view's frame states or a session
+    view's kept sessions."""
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +163,15 @@ class _Held(NamedTuple):
     version: Version
     file: tuple[str, int, int | None]
     table: pa.Table
-    frames: FrameStatesByColumn | None = None
+    frames: Carried | None = None
 
     @property
     def nbytes(self) -> int:
-        frames = 0 if self.frames is None else sum(f.nbytes for f in self.frames.values())
+        frames = 0
+        if isinstance(self.frames, Mapping):
+            frames = sum(f.nbytes for f in self.frames.values())
+        elif self.frames is not None:
+            frames = self.frames.nbytes
         return int(self.table.nbytes) + frames
 
 
@@ -322,7 +332,7 @@ def _delta_table(delta: StateDelta, base: Version) -> pa.Table:
     version it follows) in the schema's metadata."""
     metadata = dict(delta.appended.schema.metadata or {})
     rule = {"base": list(base), "order": delta.order, "cut": delta.cut,
-            "cut_column": delta.cut_column, "key": delta.key}  # fmt: skip
+            "cut_column": delta.cut_column, "key": delta.key, "closed": delta.closed}  # fmt: skip
     metadata[_DELTA_KEY] = json.dumps(rule).encode()
     if delta.keep_from is not None:
         sink = pa.BufferOutputStream()
@@ -342,7 +352,7 @@ def _delta_of(table: pa.Table) -> tuple[StateDelta, Version]:
     appended = table.replace_schema_metadata(metadata or None)
     delta = StateDelta(
         appended, rule["order"], cut=rule["cut"], cut_column=rule["cut_column"],
-        key=rule["key"], keep_from=keep_from,
+        key=rule["key"], keep_from=keep_from, closed=rule.get("closed"),
     )  # fmt: skip
     base = rule["base"]
     return delta, (int(base[0]), int(base[1]))
@@ -442,7 +452,7 @@ class StateStore:
         """The partition's events as left by the newest batch before ``before_batch``."""
         return self._load_table(self._partition_dir(partition), before_batch)
 
-    def take_frames(self, partition: int, events: pa.Table) -> FrameStatesByColumn | None:
+    def take_frames(self, partition: int, events: pa.Table) -> Carried | None:
         """The frame states held with ``events`` (the very table :meth:`load_events`
         returned, held since the batch that saved it with them), else None: a version
         rebuilt from files, or replaced since, comes without them.
@@ -463,7 +473,7 @@ class StateStore:
 
     def save_events(
         self, partition: int, batch: int, events: pa.Table, delta: StateDelta | None = None,
-        *, read_before: int | None = None, frames: FrameStatesByColumn | None = None,
+        *, read_before: int | None = None, frames: Carried | None = None,
     ) -> None:  # fmt: skip
         """Write the partition's events after ``batch`` (atomically): as ``delta`` from
         the version the batch read (the newest before ``read_before``, default
@@ -567,7 +577,7 @@ class StateStore:
 
     def _save_table(
         self, directory: str, batch: int, table: pa.Table, delta: StateDelta | None = None,
-        read_before: int | None = None, frames: FrameStatesByColumn | None = None,
+        read_before: int | None = None, frames: Carried | None = None,
     ) -> None:  # fmt: skip
         """Write version ``table`` of ``batch``: as ``delta`` from the version the batch
         read (the newest before ``read_before``, default ``batch``), or whole (no delta,

@@ -20,6 +20,18 @@ import pyarrow.compute as pc
 from featureflow.ops._inputs import VALUE_TYPES, Series
 from featureflow.ops._mojo import descriptor, planning, threads
 from featureflow.ops._query import Plan, Run
+from featureflow.ops._resume import (
+    R_COL,
+    R_HEAD,
+    InitialRecords,
+    KeyedRows,
+    RunColumns,
+    Spliced,
+    float_values,
+    pooled,
+    record_words,
+    reference_sort_run,
+)
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 
@@ -37,6 +49,10 @@ class NativeBackend:
         # no frame states are kept there
         self.frame_words = int(facts.get("frame_words", 0))
         """Words of one (key, window) frame state (rolling/_resume.mojo)."""
+        layout = (facts.get("session_record_head"), facts.get("session_record_column"))
+        if layout != (R_HEAD, R_COL):
+            msg = f"the kernels' session records are laid out as {layout}, not {(R_HEAD, R_COL)}"
+            raise ValueError(msg)
 
     def _call(self, kernel: str, words: list[int] | np.ndarray, *extra: int) -> int:
         desc = words if isinstance(words, np.ndarray) else np.array(words, dtype=np.int64)
@@ -221,6 +237,131 @@ class NativeBackend:
         scratch = pa.allocate_buffer(self._scratch("query", plan.capacity))
         self._call("rolling_query", desc, scratch.address)
         return frames_out is not None
+
+    def sort_run(
+        self, keys: np.ndarray, ts: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(order, distinct keys, offsets): a counting sort through a direct table over
+        the key range (runs.mojo), or numpy's lexsort when the range is too wide."""
+        n = len(keys)
+        if n == 0:
+            return reference_sort_run(keys, ts)
+        lo, hi = int(keys.min()), int(keys.max())
+        span = hi - lo + 1
+        if span > max(4 * n, 1 << 16) or span >= 1 << 31:
+            return reference_sort_run(keys, ts)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        ts = np.ascontiguousarray(ts, dtype=np.int64)
+        table = np.empty(span + 1, np.int64)
+        order = np.empty(n, np.int64)
+        scratch = np.empty(n, np.int64)
+        distinct = np.empty(min(n, span), np.int64)
+        offsets = np.empty(min(n, span) + 1, np.int64)
+        words = [n, keys.ctypes.data, ts.ctypes.data, lo, span, table.ctypes.data,
+                 order.ctypes.data, scratch.ctypes.data, distinct.ctypes.data,
+                 offsets.ctypes.data]  # fmt: skip
+        g = self._call("sort_run", words)
+        return order, distinct[:g], offsets[: g + 1]
+
+    def gather_runs(
+        self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+        capacity: int | None = None,
+    ) -> KeyedRows:  # fmt: skip
+        """The keys' rows at or after ``from_ns`` from every run, in ts order (runs.mojo);
+        ``capacity``: the rows expected (more: the call is made again with room for all)."""
+        ncols = len(runs[0][2]) if runs else 0
+        everything = max(sum(len(run[1]) for run in runs), 1)
+        room = everything if capacity is None else max(min(capacity, everything), 1)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        from_ns = np.ascontiguousarray(from_ns, dtype=np.int64)
+        head = [len(runs), ncols, len(keys), keys.ctypes.data, from_ns.ctypes.data]
+        inputs: list[int] = []
+        held: list[object] = []  # keep converted columns alive during the call
+        for run_keys, run_ts, _ in runs:
+            run_keys = np.ascontiguousarray(run_keys, dtype=np.int64)
+            run_ts = np.ascontiguousarray(run_ts, dtype=np.int64)
+            held += [run_keys, run_ts]
+            inputs += [len(run_ts), run_keys.ctypes.data, run_ts.ctypes.data]
+        for _, _, columns in runs:
+            for column in columns:
+                if column.type not in VALUE_TYPES:
+                    column = pa.array(float_values(column))
+                held.append(column)
+                data = descriptor.address(column, 1) + column.offset * column.type.byte_width
+                inputs += [data, VALUE_TYPES[column.type], descriptor.address(column, 0),
+                           column.offset]  # fmt: skip
+        while True:
+            offsets = pooled((len(keys) + 1,))
+            ts, rows, scratch = pooled((room,)), pooled((room,)), pooled((2 * room,))
+            values = [pooled((room,), np.float64) for _ in range(ncols)]
+            words = [*head, offsets.ctypes.data, ts.ctypes.data, rows.ctypes.data,
+                     scratch.ctypes.data, room, *inputs,
+                     *(v.ctypes.data for v in values)]  # fmt: skip
+            m = self._call("gather_runs", words)
+            if m >= 0:
+                return KeyedRows(ts[:m], [v[:m] for v in values], offsets, rows[:m])
+            room = everything
+
+    def resume_sessions(
+        self, init: InitialRecords, keys: np.ndarray, kept: KeyedRows, new: KeyedRows,
+        gap: int, max_length: int, every: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+        """Sessions continued from ``init`` over the kept and new rows (sessions/_resume.mojo)."""
+        ncols = len(new.values)
+        width = record_words(ncols)
+        nkeys = len(keys)
+        rows = len(kept.ts) + len(new.ts)
+        sessions = pooled((nkeys + rows, width))
+        checkpoints = pooled((rows // max(every, 1) + nkeys + 1, width))
+        latest = pooled((nkeys, width))
+        counts = np.zeros(2, np.int64)
+        arrays = [init.records, init.at, init.extra, kept.ts, kept.offsets, new.ts, new.offsets,
+                  keys]  # fmt: skip
+        arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in arrays]
+        columns = [np.ascontiguousarray(v, dtype=np.float64) for pair in
+                   zip(kept.values, new.values, strict=True) for v in pair]  # fmt: skip
+        words = [nkeys, ncols, gap, max_length, every, *(a.ctypes.data for a in arrays[:7]),
+                 sessions.ctypes.data, len(sessions), checkpoints.ctypes.data, len(checkpoints),
+                 latest.ctypes.data, arrays[7].ctypes.data, counts.ctypes.data,
+                 *(c.ctypes.data for c in columns)]  # fmt: skip
+        if self._call("resume_sessions", words) < 0:
+            msg = "resume_sessions: an output's capacity was too small"
+            raise RuntimeError(msg)
+        return sessions[: counts[0]], checkpoints[: counts[1]], latest
+
+    def record_segments(
+        self, own: np.ndarray, keys: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each wanted key's records [lo, hi): one merge of the two sorted sequences."""
+        own = np.ascontiguousarray(own, dtype=np.int64)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        lo, hi = pooled((len(keys),)), pooled((len(keys),))
+        words = [len(own), own.ctypes.data, len(keys), keys.ctypes.data, lo.ctypes.data,
+                 hi.ctypes.data]  # fmt: skip
+        self._call("record_segments", words)
+        return lo, hi
+
+    def splice_records(
+        self, old: np.ndarray, cut: np.ndarray, end: np.ndarray, new: np.ndarray,
+        keys: np.ndarray, gap: int, max_length: int, watermark: int,
+    ) -> Spliced:  # fmt: skip
+        """The records after a batch, split by the watermark (sessions/_records.mojo)."""
+        arrays = [np.ascontiguousarray(a, dtype=np.int64) for a in (old, cut, end, new, keys)]
+        old, cut, end, new, keys = arrays
+        width = old.shape[1]
+        room = len(old) + len(new)
+        opened, closed = pooled((room, width)), pooled((room, width))
+        own, lasts = pooled((room,)), pooled((room,))
+        first_keys, first_starts = pooled((room,)), pooled((room,))
+        counts = np.zeros(4, np.int64)
+        words = [len(old), width, old.ctypes.data, len(keys), cut.ctypes.data, end.ctypes.data,
+                 len(new), new.ctypes.data, keys.ctypes.data, gap, max_length, watermark,
+                 opened.ctypes.data, closed.ctypes.data, counts.ctypes.data, own.ctypes.data,
+                 first_keys.ctypes.data, first_starts.ctypes.data, lasts.ctypes.data]  # fmt: skip
+        self._call("splice_records", words)
+        n, c, d, rows = (int(x) for x in counts)
+        return Spliced(opened[:n], closed[:c], own[:n], lasts[:n], first_keys[:d],
+                       first_starts[:d], rows)  # fmt: skip
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """The merged order of runs (indices into their concatenation), rows before
