@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,8 +54,8 @@ STATS_SCHEMA = (
 """Spark DDL of what :class:`OnlineFeatureWriter` reports per partition."""
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
 """The phases of a partition's work, in order: ``seconds`` of the stats row, one per phase.
-``online_write`` is the one write shared by all views of the topic (the same seconds in
-each view's row)."""
+``online_write`` is the one write shared by all views of the topic and, on the driver,
+all partitions (the same seconds in each of their rows)."""
 
 
 def write_online(store: FeatureStore, rows: Mapping[str, pa.Table]) -> None:
@@ -236,9 +237,14 @@ class ViewTask:
         }
 
 
+_Received = Mapping[str, list[pa.RecordBatch]]
+"""A partition's new events of each view (by view name)."""
+
+
 def run_views(
     tasks: list[ViewTask], repo_path: str, batch_id: int,
-    received: Mapping[int, Mapping[str, list[pa.RecordBatch]]],
+    received: Mapping[int, _Received],
+    threads: Executor | None = None,
 ) -> list[tuple[int, ViewTask, dict[str, object]]]:  # fmt: skip
     """Every view of ``tasks`` over each shuffle partition of ``received``: state loads
     and computes, one online write for all of them, then per (partition, view) the
@@ -249,13 +255,21 @@ def run_views(
     (partition, task, stats) of each view that changed something in a partition
     (:meth:`ViewTask.stats`). The states are saved last, so a crash before leaves
     the previous versions for the replay. Partitions hold distinct entities, so one
-    write of all their rows equals a write per partition.
+    write of all their rows equals a write per partition (and costs its fixed part
+    once). ``threads``: where the (partition, view) computes and finishes run side by
+    side (the kernels, Arrow and Parquet release the GIL); None: one after the other.
     """
+    pairs = [(partition, task, views) for partition, views in received.items() for task in tasks]
+
+    def compute(pair: tuple[int, ViewTask, _Received]) -> ViewOutputs | None:
+        partition, task, views = pair
+        return task.compute(partition, views.get(task.spec.name, []))
+
+    computed = map(compute, pairs) if threads is None else threads.map(compute, pairs)
     done = [
         (partition, task, outputs)
-        for partition, views in received.items()
-        for task in tasks
-        if (outputs := task.compute(partition, views.get(task.spec.name, []))) is not None
+        for (partition, task, _), outputs in zip(pairs, computed, strict=True)
+        if outputs is not None
     ]
     if not done:
         return []
@@ -268,13 +282,15 @@ def run_views(
     )
     written_at = time.time_ns()
     online_s = time.perf_counter() - started
-    results = []
-    for partition, task, outputs in done:
+
+    def finish(item: tuple[int, ViewTask, ViewOutputs]) -> tuple[int, ViewTask, dict[str, object]]:
+        partition, task, outputs = item
         outputs.clock.seconds["online_write"] = online_s
         freshness = freshness_histogram(outputs.new_ns, written_at)
         task.finish(partition, outputs)
-        results.append((partition, task, task.stats(outputs, freshness)))
-    return results
+        return partition, task, task.stats(outputs, freshness)
+
+    return list(map(finish, done) if threads is None else threads.map(finish, done))
 
 
 @dataclass(frozen=True)

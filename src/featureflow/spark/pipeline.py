@@ -70,7 +70,7 @@ FUTURE_REASON = "in the future"
 MAX_LOGGED_BAD_RECORDS = 20
 """Bad records logged one by one per micro-batch; the rest are only counted."""
 
-DEFAULT_DRIVER_PASS_RECORDS = 20_000
+DEFAULT_DRIVER_PASS_RECORDS = 50_000
 """Micro-batches of at most this many Kafka records run their views on the driver
 (``--driver-pass-records``; :meth:`TopicBatchProcessor.pass_on_driver`)."""
 DRIVER, EXECUTORS = "driver", "executors"

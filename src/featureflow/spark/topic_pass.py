@@ -41,7 +41,6 @@ what they need.
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -194,7 +193,7 @@ def run_records(
     partitions: int | pa.ChunkedArray,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The output rows of checked ``records`` (see :class:`TopicPass`): counts, dead
-    letters, then every view over each shuffle partition (one online write per partition).
+    letters, then every view over each shuffle partition, with one online write.
 
     Args:
         partitions: the shuffle partition of every record: one for all of them (a
@@ -218,23 +217,18 @@ def run_records(
             for partition in pc.unique(partitions).to_pylist()
         }
     )
-
-    def run(partition: int) -> list[tuple[int, ViewTask, dict[str, object]]]:
-        rows = by_partition[partition]
-        received = {
+    received = {
+        partition: {
             task.spec.name: rows.select(
                 [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
             ).to_batches()
             for task in tasks
         }
-        return run_views(list(tasks), repo_path, batch_id, {partition: received})
-
-    partitions_in_order = sorted(by_partition)
-    if len(partitions_in_order) == 1:
-        done = [run(partitions_in_order[0])]
-    else:  # the driver's pass: the partitions side by side, as tasks would run
-        done = list(_driver_threads().map(run, partitions_in_order))
-    for partition, task, stats in itertools.chain.from_iterable(done):
+        for partition, rows in sorted(by_partition.items())
+    }
+    # the driver's pass: the partitions side by side, as the executors' tasks would run
+    threads = None if isinstance(partitions, int) else _driver_threads()
+    for partition, task, stats in run_views(list(tasks), repo_path, batch_id, received, threads):
         yield view_row(task.spec.name, partition, stats)
 
 
