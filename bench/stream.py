@@ -293,8 +293,11 @@ def run_freshness(
     users: int,
     redis: str | None = None,
     warmup_s: float = 0.0,
+    job_options: tuple[str, ...] = (),
 ) -> StreamRun:
     """Freshness of the job (both views) while a producer writes ``rate`` events/s stamped now.
+
+    ``job_options``: more options of the job (e.g. ``--driver-pass-records 0``).
 
     The job is warmed up first with one second of events at ``rate`` (its first
     micro-batch pays Spark's, the workers' and the kernels' start-up, which a
@@ -310,8 +313,8 @@ def run_freshness(
     checkpoint = root / f"checkpoint-{topic}"
     log_path = root / f"checkpoint-{topic}.log"
     with log_path.open("w") as log_file:
-        job = subprocess.Popen(job_command(repo, bootstrap, checkpoint), stdout=log_file,
-                               stderr=subprocess.STDOUT, env=_env())  # fmt: skip
+        job = subprocess.Popen(job_command(repo, bootstrap, checkpoint, *job_options),
+                               stdout=log_file, stderr=subprocess.STDOUT, env=_env())  # fmt: skip
         try:
             deadline = time.monotonic() + 600  # a loaded machine starts Spark slowly
             while "SIGTERM stops the queries" not in log_path.read_text():
@@ -659,7 +662,7 @@ def freshness_sweep(args: argparse.Namespace, root: Path, rates: list[float]) ->
         for rate in rates:
             run = run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users,
                                 args.redis if store == "redis" else None,
-                                args.fresh_warmup)  # fmt: skip
+                                args.fresh_warmup, tuple(args.job_option))  # fmt: skip
             run.system = f"featureflow, both views, live, {store}, {rate:,.0f} ev/s"
             runs.setdefault(store, []).append((rate, run))
             print(table([run], None), f"\n- {run.note}", flush=True)
@@ -715,6 +718,11 @@ def main() -> int:
     parser.add_argument(
         "--fresh-warmup", type=float, default=30.0,
         help="seconds of producing before freshness counts (the job's start-up)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--job-option", action="append", default=[],
+        help="an option of the job in the freshness runs, repeatable "
+        "(e.g. --job-option=--driver-pass-records --job-option=0)",
     )  # fmt: skip
     parser.add_argument(
         "--fresh-rates", default="",
@@ -794,7 +802,7 @@ def main() -> int:
             rate = args.fresh_rate or (reference.events_per_s / 2 if reference else 0.0)
             live = run_freshness(root, args.bootstrap, rate, args.fresh_seconds, args.users,
                                  args.redis if args.stores[0] == "redis" else None,
-                                 args.fresh_warmup)  # fmt: skip
+                                 args.fresh_warmup, tuple(args.job_option))  # fmt: skip
             print(table([live], None), f"\n- {live.note}", flush=True)
             save("freshness", {
                 "scale": {"rate": round(rate, 1), "seconds": args.fresh_seconds,
