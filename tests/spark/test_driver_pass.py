@@ -11,7 +11,9 @@ the same micro-batches: sample events of many cold users, out of order, with bad
 records among them, both example views, on the SQLite online store.
 
 And :func:`~featureflow.spark.topic_pass.shuffle_partition` must be Spark's own
-partition of ``repartition(n, key)``: the states are laid out by it.
+partition of ``repartition(n, key)``: the states are laid out by it; the driver's
+split of the records by it must keep the order a shuffled task receives them in
+(ties in event time keep their arrival order in the state).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from featureflow.spark.topic_pass import (
     TopicPass,
     run_on_driver,
     shuffle_partition,
+    split_by_partition,
 )
 
 PARTITIONS = 4
@@ -195,3 +198,10 @@ def _assert_partitions_equal(spark: Any, keys: list[Any], ddl: str, partitions: 
                     strict=True)) == dict(
         zip(want.column("at").to_pylist(), want.column("partition").to_pylist(), strict=True)
     )  # fmt: skip
+    # each partition's records in the order its shuffled task receives them
+    split = split_by_partition(got.select(["at"]), got.column(PARTITION_COLUMN))
+    received: dict[int, list[int]] = {}
+    for at, partition in zip(want.column("at").to_pylist(), want.column("partition").to_pylist(),
+                             strict=True):  # fmt: skip
+        received.setdefault(partition, []).append(at)
+    assert {p: rows.column("at").to_pylist() for p, rows in split.items()} == received
