@@ -256,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
     from featureflow.monitoring.lag import ConsumerLagWatcher
     from featureflow.repo import load_store, stream_view_specs
     from featureflow.spark.pipeline import StreamOptions, start_topic_query, topic_groups
-    from featureflow.spark.session import build_session
+    from featureflow.spark.session import build_session, use_renaming_checkpoint_files
     from featureflow.spark.supervisor import ReachabilityWatch, RetryPolicy, SupervisedQuery
     from featureflow.spark.timeouts import (
         bounded,
@@ -308,6 +308,8 @@ def _run(args: argparse.Namespace) -> int:
         exporter.describe_views({spec.name: spec.topic for spec in specs})
         log.info("metrics on http://%s:%d/metrics", exporter.host, args.metrics_port)
     spark = build_session("featureflow-realtime", master=args.master)
+    if use_renaming_checkpoint_files(spark, args.checkpoint):
+        log.info("checkpoint on the local filesystem: Spark writes its logs by renaming")
     # One query per topic: its views share the Kafka read and the parse. Each is
     # restarted from its checkpoint after a transient outage (featureflow.spark.supervisor).
     policy = RetryPolicy(budget_s=args.retry_budget / 1e9)
