@@ -24,7 +24,7 @@ order below) instead of being dropped:
 
 The event-time rules that need the micro-batch's clock and watermark
 (events in the future, late events) are applied by the pipeline
-(:func:`featureflow.spark.pipeline.mark_event_time`).
+(:mod:`featureflow.spark.event_time`).
 """
 
 from __future__ import annotations
@@ -94,12 +94,15 @@ def _json_decoded(
     out = StructType(passed.schema.fields + from_arrow_schema(parser.output_schema()).fields)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from featureflow.spark import worker_gc
+
         for batch in batches:
             parsed = decode(batch.column("value"))
             yield pa.RecordBatch.from_arrays(
                 [*batch.columns, *(column.combine_chunks() for column in parsed.columns)],
                 names=[*batch.schema.names, *parsed.column_names],
             )
+        worker_gc.settle()
 
     return passed.mapInArrow(parse, out)
 

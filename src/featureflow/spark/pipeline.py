@@ -44,6 +44,12 @@ from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec
 from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
+from featureflow.spark.event_time import (
+    mark_event_time,
+    mark_event_time_collected,
+    without_unneeded_bytes,
+    without_unneeded_bytes_collected,
+)
 from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
 from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
@@ -56,16 +62,13 @@ from featureflow.spark.watermarks import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from featureflow.schema import FeatureSchema
 
 log = logging.getLogger("featureflow.job")
 metrics_log = logging.getLogger("featureflow.metrics")
-
-LATE_REASON = "later than the watermark"
-FUTURE_REASON = "in the future"
 
 MAX_LOGGED_BAD_RECORDS = 20
 """Bad records logged one by one per micro-batch; the rest are only counted."""
@@ -202,38 +205,6 @@ class MicroBatchProcessor:
             self.exporter.observe(report)
 
 
-def mark_event_time(
-    batch: DataFrame, spec: StreamViewSpec, late_before_ns: int | None, future_after_ns: int
-) -> DataFrame:
-    """Tag parsed events that break the event-time rules as errors (they become dead letters).
-
-    Args:
-        late_before_ns: the view's watermark (epoch ns): strictly older events are
-            "later than the watermark"; None: nothing is late.
-        future_after_ns: the driver's clock of the batch plus ``--max-future-skew``:
-            strictly newer events are "in the future" (checked first).
-    """
-    from pyspark.sql import functions as F
-
-    usable = F.col(ERROR_REASON).isNull()
-    breaks: list[tuple[Column, str]] = [(F.col(EVENT_NS) > F.lit(future_after_ns), FUTURE_REASON)]
-    if late_before_ns is not None:
-        breaks.append((F.col(EVENT_NS) < F.lit(late_before_ns), LATE_REASON))
-    reason: Column = F.col(ERROR_REASON)
-    for condition, text in reversed(breaks):  # so the first rule wins
-        reason = F.when(usable & condition, F.lit(text)).otherwise(reason)
-    broken = F.lit(False)
-    for condition, _ in breaks:
-        broken = broken | condition
-    return batch.select(
-        *(name for name in batch.columns if name not in (ERROR_FIELD, ERROR_REASON)),
-        F.when(usable & broken, F.lit(spec.timestamp_field))
-        .otherwise(F.col(ERROR_FIELD))
-        .alias(ERROR_FIELD),
-        reason.alias(ERROR_REASON),
-    )
-
-
 def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions) -> DataFrame:
     """The view's Kafka topic as a streaming DataFrame of raw records."""
     reader = (
@@ -315,9 +286,7 @@ class TopicBatchProcessor:
         clock_ns = lead.state.batch_clock_ns(batch_id, time.time_ns())
         before = lead.state.load_watermarks(batch_id, spec.watermark_ns)
         late_before_ns = before.watermark_ns if spec.watermark_ns > 0 else None
-        checked = _without_unneeded_bytes(
-            mark_event_time(batch, spec, late_before_ns, clock_ns + options.max_future_skew_ns)
-        )
+        future_after_ns = clock_ns + options.max_future_skew_ns
         columns = list(
             dict.fromkeys(
                 name
@@ -327,20 +296,27 @@ class TopicBatchProcessor:
         )
         # The views' state follows the watermark the batch was judged by (see topic_pass).
         tasks = tuple(view.task(batch_id, before.watermark_ns) for view in self.views)
-        selected = checked.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
+        selected = batch.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
         lap = time.monotonic()
         pass_on = DRIVER if self.pass_on_driver(batch_id) else EXECUTORS
         if pass_on == DRIVER:
-            records = selected.select(
+            # The event-time rules on the collected records: Spark's plan, and the code
+            # it generates, are then the same in every batch (see event_time).
+            collected = selected.select(
                 "*", topic_pass.shuffle_partition(spec.join_key, lead.partitions)
             ).toArrow()
+            records = without_unneeded_bytes_collected(mark_event_time_collected(
+                collected, spec.timestamp_field, late_before_ns, future_after_ns))  # fmt: skip
             phases = {"read": time.monotonic() - lap}
             lap = time.monotonic()
             out = topic_pass.run_on_driver(tasks, lead.repo_path, batch_id, records)
             phases["driver_pass"] = time.monotonic() - lap
         else:
+            checked = without_unneeded_bytes(
+                mark_event_time(selected, spec.timestamp_field, late_before_ns, future_after_ns)
+            )
             out = (
-                selected.repartition(lead.partitions, spec.join_key)
+                checked.repartition(lead.partitions, spec.join_key)
                 .mapInArrow(
                     topic_pass.TopicPass(tasks, lead.repo_path, batch_id),
                     topic_pass.OUTPUT_SCHEMA,
@@ -482,23 +458,6 @@ class TopicBatchProcessor:
             "closed the sessions the watermark after micro-batch %d finalises (%s) in %.1f s",
             batch_id, ", ".join(view.spec.name for view in sessions), time.monotonic() - started,
         )  # fmt: skip
-
-
-def _without_unneeded_bytes(batch: DataFrame) -> DataFrame:
-    """The checked batch with the raw key and value bytes only where a dead letter needs them.
-
-    Only bad records (late and future events included) keep their bytes; the
-    others drop them, which makes the shuffled batch several times smaller.
-    """
-    from pyspark.sql import functions as F
-
-    is_dead = F.col(ERROR_REASON).isNotNull()
-    return batch.select(
-        *(
-            F.when(is_dead, F.col(name)).alias(name) if name in ("key", "value") else name
-            for name in batch.columns
-        )
-    )
 
 
 def topic_groups(specs: list[StreamViewSpec]) -> list[list[StreamViewSpec]]:

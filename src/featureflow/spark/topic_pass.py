@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
-from featureflow.spark import failpoints, state
+from featureflow.spark import failpoints, state, worker_gc
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -152,8 +152,13 @@ def after_task(batch_id: int) -> None:
     tasks but not their peak, which is what a memory limit must hold, and each next
     batch paid the page faults again (0.5 s per GiB on a VM that reports freed
     pages to its host).
+
+    The first task of a process also freezes what it holds for the collector
+    (:func:`~featureflow.spark.worker_gc.settle`): PySpark collects garbage after
+    every task of a reused worker.
     """
     state.drop_superseded(batch_id)
+    worker_gc.settle()
 
 
 def _partition_id() -> int:

@@ -1,0 +1,123 @@
+"""The event-time rules of a micro-batch, on a Spark DataFrame or on collected Arrow records.
+
+Each rule is judged against numbers fixed before the batch runs, so a replay
+judges alike:
+
+- an event whose time (epoch ns) is strictly after ``future_after_ns`` (the
+  driver's clock of the batch plus ``--max-future-skew``) is "in the future";
+- else, one strictly before ``late_before_ns`` (the view's watermark; None:
+  nothing is late) is "later than the watermark".
+
+Only usable records (no ``error_reason`` yet) are judged: a broken event gets
+the reason of the rule and its field is the view's timestamp field; every other
+record keeps its ``error_field``/``error_reason``.
+
+Two forms of the same rules. :func:`mark_event_time` is a Spark projection, for
+a batch shuffled to the executors. :func:`mark_event_time_collected` applies
+them to records the driver already collected (the driver's pass of a small
+batch): Spark inlines long literals into the code it generates, so the
+projection's thresholds, new in every batch, made Spark generate and compile
+the batch's whole parsing stage again each time (and the JIT compile it
+again), ~20 ms and more a batch on 2 cores. Collected, the stage's code is the
+same every batch and Spark reuses it. ``tests/spark/test_event_time.py``
+checks that both forms agree.
+
+The records that become dead letters keep their raw ``key`` and ``value``
+bytes; the others drop them (:func:`without_unneeded_bytes`,
+:func:`without_unneeded_bytes_collected`), which makes a shuffled batch several
+times smaller.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from featureflow.columns import EVENT_NS
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+LATE_REASON = "later than the watermark"
+FUTURE_REASON = "in the future"
+RAW_BYTES = ("key", "value")
+"""The Kafka record's raw bytes: kept by dead letters only."""
+
+
+def mark_event_time(
+    batch: DataFrame, timestamp_field: str, late_before_ns: int | None, future_after_ns: int
+) -> DataFrame:
+    """``batch`` with the records that break the rules marked as errors (Spark)."""
+    from pyspark.sql import functions as F
+
+    usable = F.col(ERROR_REASON).isNull()
+    breaks: list[tuple[Column, str]] = [(F.col(EVENT_NS) > F.lit(future_after_ns), FUTURE_REASON)]
+    if late_before_ns is not None:
+        breaks.append((F.col(EVENT_NS) < F.lit(late_before_ns), LATE_REASON))
+    reason: Column = F.col(ERROR_REASON)
+    for condition, text in reversed(breaks):  # so the first rule wins
+        reason = F.when(usable & condition, F.lit(text)).otherwise(reason)
+    broken = F.lit(False)
+    for condition, _ in breaks:
+        broken = broken | condition
+    return batch.select(
+        *(name for name in batch.columns if name not in (ERROR_FIELD, ERROR_REASON)),
+        F.when(usable & broken, F.lit(timestamp_field))
+        .otherwise(F.col(ERROR_FIELD))
+        .alias(ERROR_FIELD),
+        reason.alias(ERROR_REASON),
+    )
+
+
+def mark_event_time_collected(
+    records: pa.Table, timestamp_field: str, late_before_ns: int | None, future_after_ns: int
+) -> pa.Table:
+    """``records`` (collected) with the records that break the rules marked as errors;
+    the columns keep their order."""
+    usable = pc.is_null(records.column(ERROR_REASON))
+    event_ns = records.column(EVENT_NS)
+    # a usable record has an event time; a null compares as no break, as in Spark
+    future = pc.and_(usable, pc.fill_null(pc.greater(event_ns, future_after_ns), False))
+    late = pc.and_(usable, pc.invert(future))
+    if late_before_ns is None:
+        late = pc.and_(late, pa.scalar(False))
+    else:
+        late = pc.and_(late, pc.fill_null(pc.less(event_ns, late_before_ns), False))
+    string = pa.string()
+    reason = pc.if_else(
+        future, pa.scalar(FUTURE_REASON, string),
+        pc.if_else(late, pa.scalar(LATE_REASON, string), records.column(ERROR_REASON)),
+    )  # fmt: skip
+    field = pc.if_else(
+        pc.or_(future, late), pa.scalar(timestamp_field, string), records.column(ERROR_FIELD)
+    )
+    marked = records.set_column(records.schema.get_field_index(ERROR_REASON), ERROR_REASON, reason)
+    return marked.set_column(marked.schema.get_field_index(ERROR_FIELD), ERROR_FIELD, field)
+
+
+def without_unneeded_bytes(batch: DataFrame) -> DataFrame:
+    """The checked batch with the raw key and value bytes only where a dead letter
+    needs them (Spark)."""
+    from pyspark.sql import functions as F
+
+    is_dead = F.col(ERROR_REASON).isNotNull()
+    return batch.select(
+        *(
+            F.when(is_dead, F.col(name)).alias(name) if name in RAW_BYTES else name
+            for name in batch.columns
+        )
+    )
+
+
+def without_unneeded_bytes_collected(records: pa.Table) -> pa.Table:
+    """:func:`without_unneeded_bytes` of collected records."""
+    is_dead = pc.is_valid(records.column(ERROR_REASON))
+    for name in RAW_BYTES:
+        index = records.schema.get_field_index(name)
+        column = records.column(index)
+        kept = pc.if_else(is_dead, column, pa.scalar(None, column.type))
+        records = records.set_column(index, name, kept)
+    return records
