@@ -161,8 +161,9 @@ def use_renaming_checkpoint_files(spark: SparkSession, checkpoint: str) -> bool:
 
     Spark's default manager for local paths (``FileContext``-based) checks every
     rename's source and target for symbolic links, and without Hadoop's native
-    library each check starts a ``readlink`` process: about twelve per micro-batch
-    for the offsets and commits logs (and their ``.crc`` files), measured at 50-60 ms
+    library each check starts a ``readlink`` process (and each new file a ``chmod``,
+    which stays): about sixteen processes per micro-batch for the offsets and
+    commits logs and their ``.crc`` files, measured at 50-60 ms
     for each log's write on an idle 2-core machine (12 ms with this manager), on the
     critical path of every micro-batch. The renaming manager is safe where a rename
     is atomic and one query writes the checkpoint (the job's checkpoint lock); it
