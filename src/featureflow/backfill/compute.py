@@ -25,6 +25,7 @@ from featureflow.backfill.source import ERROR_AT
 from featureflow.backfill.timerange import TimeRange
 from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec, cached_store
+from featureflow.spark import worker_gc
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 from featureflow.window_state import online_rows, with_event_timestamp
 
@@ -123,3 +124,4 @@ class PartitionBackfill:
                 **_bad_stats(bad),
             }
         )
+        worker_gc.settle()  # PySpark collects garbage after every task of a reused worker

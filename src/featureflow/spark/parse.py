@@ -6,7 +6,10 @@ with the decoder and converters of the per-record parser,
 :mod:`featureflow.events.json_records`, so every output and dead-letter
 reason is the per-record parser's); Avro messages by Spark's ``from_avro``
 (on the JVM: nothing to vectorise in Python); the timestamp and the
-first-failing-check logic are Spark SQL expressions shared by both. Every
+first-failing-check logic are Spark SQL expressions shared by both, except that
+a JSON timestamp in one of the usual forms (epoch milliseconds, zoned RFC 3339)
+is read in the same ``mapInArrow`` pass, exactly as Spark would read it
+(:mod:`featureflow.events.timestamps`). Every
 output row keeps its Kafka coordinates and raw bytes; rows that fail a check
 carry ``error_field`` and ``error_reason`` (the first failing check, in the
 order below) instead of being dropped:
@@ -42,6 +45,7 @@ from featureflow.events.json_records import (
     VALID_PREFIX,
     JsonRecordParser,
 )
+from featureflow.events.timestamps import event_micros
 from featureflow.repo import StreamViewSpec
 
 if TYPE_CHECKING:
@@ -66,12 +70,16 @@ _DECODED = "__decoded"
 """Staging column (Avro): the record decoded into the view's schema."""
 _ERROR = "__error"
 """Staging column: struct(field, reason) of the first failing check, null when none fails."""
+_STAMP_MICROS = "__stamp_micros"
+"""Staging column (JSON): the timestamp in epoch µs where :func:`~featureflow.events.timestamps.
+event_micros` reads it (the usual forms, exactly as Spark would), else null (Spark reads it)."""
 
 
 def _json_decoded(
     raw: DataFrame, spec: StreamViewSpec, schema: StructType, *, vectorised: bool = True
 ) -> DataFrame:
-    """The Kafka columns, every declared field typed, and the parser's check columns.
+    """The Kafka columns, every declared field typed, the parser's check columns and
+    :data:`_STAMP_MICROS`.
 
     Parsed on the executors in one ``mapInArrow`` pass by
     :class:`~featureflow.events.json_batch.BatchJsonParser` (``vectorised``), or
@@ -91,7 +99,8 @@ def _json_decoded(
     )
     decode = BatchJsonParser(parser) if vectorised else parser
     passed = raw.select(*PASSED_THROUGH)
-    out = StructType(passed.schema.fields + from_arrow_schema(parser.output_schema()).fields)
+    parsed_schema = parser.output_schema().append(pa.field(_STAMP_MICROS, pa.int64()))
+    out = StructType(passed.schema.fields + from_arrow_schema(parsed_schema).fields)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from featureflow.spark import worker_gc
@@ -99,8 +108,12 @@ def _json_decoded(
         for batch in batches:
             parsed = decode(batch.column("value"))
             yield pa.RecordBatch.from_arrays(
-                [*batch.columns, *(column.combine_chunks() for column in parsed.columns)],
-                names=[*batch.schema.names, *parsed.column_names],
+                [
+                    *batch.columns,
+                    *(column.combine_chunks() for column in parsed.columns),
+                    event_micros(parsed.column(STAMP)),
+                ],
+                names=[*batch.schema.names, *parsed.column_names, _STAMP_MICROS],
             )
         worker_gc.settle()
 
@@ -180,6 +193,32 @@ def with_first_failing(frame: DataFrame, checks: list[Check]) -> DataFrame:
     )
 
 
+def timestamp_read_in_spark(stamp: Column) -> tuple[Column, Column, Column]:
+    """Spark's reading of timestamp texts: (the event time as a Spark timestamp, null when
+    the text is none; whether the text is digits, i.e. epoch milliseconds; whether those
+    are within what epoch nanoseconds hold).
+
+    Digits are epoch milliseconds, anything else goes through Spark's timestamp cast
+    (RFC 3339 and the other forms Spark reads; a text without a zone is UTC, the
+    session's time zone).
+    """
+    from pyspark.sql import functions as F
+
+    is_millis = F.coalesce(stamp.rlike(r"^-?[0-9]+$"), F.lit(False))
+    # Only digit strings are cast: try_cast catches an exception per value it can't
+    # cast, which made casting every RFC 3339 stamp the costliest step of parsing.
+    millis = F.when(is_millis, stamp.try_cast("long"))
+    millis_in_range = F.coalesce(
+        millis.between(-reasons.MAX_ABS_MILLIS, reasons.MAX_ABS_MILLIS), F.lit(False)
+    )
+    event_ts = (
+        F.when(is_millis & millis_in_range, F.timestamp_millis(millis))
+        .when(is_millis, F.lit(None).cast("timestamp"))
+        .otherwise(F.try_to_timestamp(stamp))
+    )  # fmt: skip
+    return event_ts, is_millis, millis_in_range
+
+
 def parse_events(raw: DataFrame, spec: StreamViewSpec, *, vectorised: bool = True) -> DataFrame:
     """Parse the ``value`` of Kafka records (``spark.readStream.format("kafka")``) as events
     (JSON, or Avro when the view's source is Avro).
@@ -208,20 +247,17 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec, *, vectorised: bool = Tru
     if avro:
         decoded = raw.select(*PASSED_THROUGH, _avro_decoder(spec))
         stamp = F.col(_DECODED)[spec.timestamp_field].cast("string")
+        read_by_spark = F.lit(True)
     else:
         decoded = _json_decoded(raw, spec, schema, vectorised=vectorised)
         stamp = F.col(STAMP)
-    is_millis = F.coalesce(stamp.rlike(r"^-?[0-9]+$"), F.lit(False))
-    # Only digit strings are cast: try_cast catches an exception per value it can't
-    # cast, which made casting every RFC 3339 stamp the costliest step of parsing.
-    millis = F.when(is_millis, stamp.try_cast("long"))
-    millis_in_range = F.coalesce(
-        millis.between(-reasons.MAX_ABS_MILLIS, reasons.MAX_ABS_MILLIS), F.lit(False)
-    )
-    event_ts = (
-        F.when(is_millis & millis_in_range, F.timestamp_millis(millis))
-        .when(is_millis, F.lit(None).cast("timestamp"))
-        .otherwise(F.try_to_timestamp(stamp))
+        read_by_spark = F.col(_STAMP_MICROS).isNull()
+    # A stamp read in Arrow (JSON's usual forms) skips Spark's reading: every
+    # condition on is_millis below is guarded by read_by_spark, which an AND and a
+    # CASE evaluate first, so the regular expressions run only for the other stamps.
+    read_in_spark, is_millis, millis_in_range = timestamp_read_in_spark(stamp)
+    event_ts = read_in_spark if avro else (
+        F.when(~read_by_spark, F.timestamp_micros(F.col(_STAMP_MICROS))).otherwise(read_in_spark)
     )  # fmt: skip
     timed = decoded.select("*", event_ts.alias(EVENT_TIME))
     # Epoch ns in int64 covers 1677-09-21 .. 2262-04-11; beyond, the product overflows.
@@ -231,7 +267,7 @@ def parse_events(raw: DataFrame, spec: StreamViewSpec, *, vectorised: bool = Tru
     checks = _avro_checks(spec, schema) if avro else _json_checks(spec)
     checks += [
         (stamp.isNull(), spec.timestamp_field, reasons.MISSING_TIMESTAMP),
-        (is_millis & ~millis_in_range, spec.timestamp_field, reasons.OUT_OF_RANGE),
+        (read_by_spark & is_millis & ~millis_in_range, spec.timestamp_field, reasons.OUT_OF_RANGE),
         (F.col(EVENT_TIME).isNull(), spec.timestamp_field, reasons.NOT_A_TIMESTAMP),
         (F.col(EVENT_NS).isNull(), spec.timestamp_field, reasons.OUT_OF_RANGE),
     ]
