@@ -13,13 +13,14 @@ then ``gc.freeze()``, which moves everything still alive (the imported
 modules, the cached Feast store) to a generation the collector no longer
 walks. Objects created later are collected as before, so the per-task
 collection costs what the task left behind. It runs again after a task that
-imported modules: a worker's first task may be a parse, and its first
-topic pass then imports Feast and the online stores (found by py-spy in a
-10 M-event run: the daemon's collection was still 11 % of the workers' CPU
-with one settle per process). The cost: an object alive at such a moment
-that later becomes part of an unreachable cycle is never freed (objects
-without cycles still are, by reference counting); what lives then is
-long-lived by nature (modules, caches).
+imported modules: a worker's first task may be a parse, and its first topic
+pass then imports Feast and the online stores (py-spy, 1 M records a
+micro-batch: with one settle per process the daemon's collection was still
+11 % of the workers' CPU). The cost: an object alive at such a moment that
+later becomes part of an unreachable cycle is never freed (objects without
+cycles still are, by reference counting); what lives then is long-lived by
+nature (modules, caches), or the state a worker holds, whose versions are
+dropped by reference.
 """
 
 from __future__ import annotations
