@@ -56,7 +56,7 @@ from featureflow.repo import StreamViewSpec  # noqa: E402
 from featureflow.spark import online_sink  # noqa: E402
 from featureflow.spark.offline_sink import OfflineFeatureLog  # noqa: E402
 from featureflow.spark.state import StateStore, drop_resident, wait_for_snapshots  # noqa: E402
-from featureflow.window_state import rolling_outputs, session_outputs, state_events  # noqa: E402
+from featureflow.window_state import rolling_step, session_step, state_events  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 STATE_PHASES = ("state_load", "compute", "state_save")
@@ -74,14 +74,21 @@ def view_specs(root: Path) -> tuple[str, list[StreamViewSpec]]:
     return str(repo), stream_view_specs(load_store(repo))
 
 
-def build_state(store: StateStore, spec: StreamViewSpec, events: pa.Table) -> int:
-    """Save, as version 0, the state the job keeps after ``events``; returns the watermark (ns)."""
+def build_state(
+    store: StateStore, spec: StreamViewSpec, events: pa.Table, *, carried: bool = False
+) -> int:
+    """Save, as version 0, the state the job keeps after ``events``; returns the watermark (ns).
+
+    ``carried``: also hold, resident beside it, what the computation carries to the
+    next batch (a rolling view's frame states, a session view's open sessions), as a
+    worker that computed the state itself holds it; otherwise the state alone, as a
+    worker finds it after a restart (the carried states are never written)."""
     watermark = int(pc.max(events.column("event_ns")).as_py()) - spec.watermark_ns
     if spec.is_session_view:
-        _, _, kept = session_outputs(events, events.num_rows, spec, watermark)
+        step = session_step(events, events.num_rows, spec, watermark)
     else:
-        _, _, kept, _ = rolling_outputs(events, events.num_rows, spec, watermark)
-    store.save_events(0, 0, kept)
+        step = rolling_step(events, events.num_rows, spec, watermark)
+    store.save_events(0, 0, step.kept, frames=step.frames if carried else None)
     return watermark
 
 
@@ -137,7 +144,9 @@ def measure(
     spec: StreamViewSpec, repo: str, root: Path, events: pa.Table, state_events: int,
     batch: int, batches: int, log: Callable[[str], None],
 ) -> dict[str, Any]:  # fmt: skip
-    """Both cases of one view: the 24 h state's batches and the same batches on empty state."""
+    """The cases of one view: the 24 h state's batches (the state alone, as after a
+    restart; and with what a worker that computed it carries), and the same batches on
+    empty state."""
     store = StateStore(str(root / "state" / spec.name), 1)
     offline = OfflineFeatureLog(str(root / "offline"), spec.name)
     started = datetime.now()
@@ -145,8 +154,10 @@ def measure(
     log(f"{spec.name}: state of {state_events:,} events built in "
         f"{(datetime.now() - started).total_seconds():.0f} s")  # fmt: skip
     drop_resident()  # the first batch loads the state from disk, as after a restart
+    carried_store = StateStore(str(root / "state-carried" / spec.name), 1)
+    build_state(carried_store, spec, events.slice(0, state_events), carried=True)
     seen_max = watermark + spec.watermark_ns
-    full, empty = [], []
+    full, carried, empty = [], [], []
     for index in range(batches):
         # as in the job: a batch is judged against the watermark before it (events
         # behind it are dead-lettered and never reach the state), and its state is
@@ -156,9 +167,11 @@ def measure(
         new = new.filter(pc.greater_equal(new.column("event_ns"), mark))
         seen_max = max(seen_max, int(pc.max(new.column("event_ns")).as_py()))
         full.append(run_batch(spec, repo, store, offline, index + 1, new, mark))
+        carried.append(run_batch(spec, repo, carried_store, offline, index + 1, new, mark))
         alone = StateStore(str(root / "empty" / spec.name / str(index)), 1)
         empty.append(run_batch(spec, repo, alone, offline, index + 1, new, mark))
         log(f"{spec.name} batch {index + 1}: 24 h state {full[-1]['total_s']:.2f} s, "
+            f"carried {carried[-1]['total_s']:.2f} s, "
             f"empty {empty[-1]['total_s']:.2f} s")  # fmt: skip
     waited = time.perf_counter()
     wait_for_snapshots()
@@ -186,6 +199,12 @@ def measure(
         "full_cpu_s": median(warm, "cpu_s"),
         "empty_cpu_s": median(empty, "cpu_s"),
         "ratio_cpu": round(median(warm, "cpu_s") / median(empty, "cpu_s"), 2),
+        "carried_state": carried,
+        "carried_median": phase_median(carried[1:] or carried),
+        "ratio_total_carried": round(
+            median(carried[1:] or carried, "total_s") / median(empty, "total_s"), 2
+        ),
+        "carried_cpu_s": median(carried[1:] or carried, "cpu_s"),
         "cold_first_batch": full[0],
         "snapshot_wait_s": round(waited, 3),
         "memory": state_memory(store, spec, batches),
@@ -201,7 +220,10 @@ def markdown(record: dict[str, Any]) -> str:
         f"{record['load_average_end']} at the end. "
         f"Scale: {record['scale']}.\n",
         "Median seconds per phase of partition 0's batch (24 h state: batches after the "
-        "first, which loads the state cold; the first is the `cold` row).\n",
+        "first, which loads the state cold; the first is the `cold` row. `carried`: the same "
+        "state, held with what the worker that computed it carries to the next batch, a "
+        "rolling view's frame states or a session view's open sessions; the plain 24 h rows "
+        "start without them, as after a restart).\n",
         "| view | state | state rows | " + " | ".join(phases) + " | total | ratio | CPU s "
         "| CPU ratio |",
         "|---|---|---:|" + "---:|" * (len(phases) + 4),
@@ -213,6 +235,9 @@ def markdown(record: dict[str, Any]) -> str:
              view["empty_cpu_s"], ""),
             ("24 h", view["full_median"], view["full_state"][-1]["state_rows"],
              f"{view['ratio_total']:.2f}x", view["full_cpu_s"], f"{view['ratio_cpu']:.2f}x"),
+            ("24 h, carried", view["carried_median"], view["carried_state"][-1]["state_rows"],
+             f"{view['ratio_total_carried']:.2f}x", view["carried_cpu_s"],
+             f"{view['carried_cpu_s'] / view['empty_cpu_s']:.2f}x"),
             ("24 h, cold", cold["seconds"], cold["state_rows"], "", cold["cpu_s"], ""),
         )  # fmt: skip
         for case, seconds, rows, ratio, cpu, cpu_ratio in cases:
@@ -303,6 +328,8 @@ def main() -> int:
             "full_total_s": round(sum(v["full_median"].values()), 3),
             "empty_total_s": round(sum(v["empty_median"].values()), 3),
             "full_state_save_s": v["full_median"]["state_save"],
+            "carried_total_s": round(sum(v["carried_median"].values()), 3),
+            "ratio_total_carried": v["ratio_total_carried"],
             "empty_state_save_s": v["empty_median"]["state_save"],
         }
     record["history"] = [*history, summary]

@@ -178,7 +178,7 @@ def test_frame_states_merge_by_key() -> None:
     new = ops.FrameStates(np.array([3, 5]), words + 100, ("sig",))
     both = old.updated_by(new)
     assert both.keys.tolist() == [1, 3, 5]
-    assert both.words[:, 0, 0].tolist() == [0, 100, 103]
+    assert both.for_keys(both.keys)[:, 0, 0].tolist() == [0, 100, 103]
     picked = both.for_keys(np.array([2, 3]))
     assert picked[:, 0, 0].tolist() == [0, 100]  # no state for 2: zeros
 
@@ -192,21 +192,37 @@ def test_frame_states_merge_by_key() -> None:
 def test_updated_by_is_a_merge_by_key_where_the_newer_wins(
     old: set[int], new: set[int], in_place: bool
 ) -> None:
-    """In place or not, the same merge; in place writes into the old arrays exactly
-    when the newer keys are all among the old ones (else it copies, as it must)."""
+    """In place or not, the same merge; in place writes into the old arrays, and keeps
+    writing into them when newer keys are added while spare rows are left (a copy
+    leaves the old states as they were)."""
 
     def states(keys: set[int], tag: int) -> ops.FrameStates:
         ordered = np.array(sorted(keys), dtype=np.int64)
         words = np.stack([ordered * 10 + tag, ordered], axis=1).reshape(len(ordered), 1, 2)
         return ops.FrameStates(ordered, words, ())
 
+    def check(merged: ops.FrameStates, old: set[int], new: set[int]) -> None:
+        assert merged.keys.tolist() == sorted(old | new)
+        in_key_order = merged.for_keys(merged.keys)
+        expected = [k * 10 + (2 if k in new else 1) for k in sorted(old | new)]
+        assert in_key_order[:, 0, 0].tolist() == expected
+        assert in_key_order[:, 0, 1].tolist() == sorted(old | new)
+        assert merged.for_keys(np.array([51], dtype=np.int64)).tolist() == [[[0, 0]]]
+
     before = states(old, 1)
     both = before.updated_by(states(new, 2), in_place=in_place)
-    assert both.keys.tolist() == sorted(old | new)
-    expected = [k * 10 + (2 if k in new else 1) for k in sorted(old | new)]
-    assert both.words[:, 0, 0].tolist() == expected
-    assert both.words[:, 0, 1].tolist() == sorted(old | new)
+    check(both, old, new)
     shared = np.shares_memory(both.words, before.words)
-    assert shared == (in_place and bool(old) and bool(new) and new <= old)
     if not in_place:
-        assert before.words[:, 0, 0].tolist() == [k * 10 + 1 for k in sorted(old)]
+        assert not shared
+        assert before.for_keys(before.keys)[:, 0, 0].tolist() == [k * 10 + 1 for k in sorted(old)]
+    elif old and new and new <= old:
+        assert shared  # only held keys: their rows are written where they are
+    # a second in-place update over the first one's result (its rows may be out of key
+    # order, with spare rows): the same merge again
+    again = {k + 1 for k in new}
+    later = both.updated_by(states(again, 2), in_place=in_place)
+    merged_first = {k: (2 if k in new else 1) for k in old | new}
+    assert later.keys.tolist() == sorted(old | new | again)
+    expected_later = [k * 10 + (2 if k in again else merged_first[k]) for k in later.keys]
+    assert later.for_keys(later.keys)[:, 0, 0].tolist() == expected_later

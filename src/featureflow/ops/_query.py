@@ -53,18 +53,28 @@ RESUMABLE_AGGS: Final = frozenset({"count", "sum", "mean", "min", "max", "std", 
 class FrameStates:
     """Per key and window, the frame the Mojo kernel wrote at the key's last query.
 
-    ``keys``: int64, sorted, unique; ``words``: int64 ``(len(keys), windows, words)``,
-    opaque to Python (the kernel's `FrameState`; a zero first word: no state);
+    ``keys``: int64, sorted, unique; ``words``: int64 ``(rows, windows, words)``,
+    opaque to Python (the kernel's `FrameState`; a zero first word: no state), key
+    ``keys[i]``'s in row ``slots[i]`` (None: row ``i``). Rows stay where they are
+    written: an in-place update writes the keys it holds in their rows and appends
+    new keys' rows (``words`` keeps spare rows for them), so a batch costs its own
+    keys' states, not a copy of every key's (:meth:`updated_by`).
     ``signature``: the call they answer (windows in ns, hop, aggregates, value type).
     """
 
     keys: np.ndarray
     words: np.ndarray
     signature: tuple[object, ...]
+    slots: np.ndarray | None = None
 
     @property
     def nbytes(self) -> int:
-        return int(self.keys.nbytes + self.words.nbytes)
+        slots = 0 if self.slots is None else self.slots.nbytes
+        return int(self.keys.nbytes + self.words.nbytes + slots)
+
+    def rows(self) -> np.ndarray:
+        """The row of ``words`` holding each key's states, in key order."""
+        return np.arange(len(self.keys)) if self.slots is None else self.slots
 
     def for_keys(self, keys: np.ndarray) -> np.ndarray:
         """The states of ``keys`` (sorted, unique) in that order; zeros where none."""
@@ -72,36 +82,62 @@ class FrameStates:
         if len(self.keys) and len(keys):
             at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
             found = self.keys[at] == keys
-            out[found] = self.words[at[found]]
+            out[found] = self.words[self.rows()[at[found]]]
         return out
 
     def updated_by(self, newer: FrameStates, *, in_place: bool = False) -> FrameStates:
         """These states with ``newer``'s keys replaced or added (newer wins).
 
-        ``in_place``: the caller owns these states and needs them no more, so when
-        ``newer`` only replaces keys they hold, it writes into their arrays instead
-        of copying them (a batch touches a few of the entities whose frames it
-        carries: the copy cost more than the kernel's resume).
+        ``in_place``: the caller owns these states and needs them no more, so it writes
+        into their arrays instead of copying them: a held key's states in its row, a
+        new key's in a spare row (the rows grow by half when none is left). A batch
+        touches a few of the entities whose frames it carries, and some it never saw:
+        copying every frame to merge those cost more than the kernel's resume
+        (0.12 s a 200 k-event batch over 24 h of state, 100 k entities).
         """
         if not len(self.keys):
             return newer
+        rows = self.rows()
         if in_place and self.signature == newer.signature and len(newer.keys):
             at = np.minimum(np.searchsorted(self.keys, newer.keys), len(self.keys) - 1)
-            if bool(np.all(self.keys[at] == newer.keys)):
-                self.words[at] = newer.words
-                return FrameStates(self.keys, self.words, newer.signature)
-        # both key arrays are sorted: membership and the merge by binary search
+            held = self.keys[at] == newer.keys
+            newer_words = newer.words[newer.rows()]
+            words = self.words
+            self.words[rows[at[held]]] = newer_words[held]
+            fresh = ~held
+            if not fresh.any():
+                return FrameStates(self.keys, words, newer.signature, self.slots)
+            used, added = len(self.keys), int(fresh.sum())  # rows in use: 0 .. used - 1
+            if used + added > len(words):
+                words = np.empty((max(used + added, len(words) * 3 // 2), *words.shape[1:]),
+                                 dtype=np.int64)  # fmt: skip
+                words[:used] = self.words[:used]
+            new_rows = np.arange(used, used + added)
+            words[new_rows] = newer_words[fresh]
+            keys, slots = _merged(self.keys, rows, newer.keys[fresh], new_rows)
+            return FrameStates(keys, words, newer.signature, slots)
+        # a copy: the held keys' rows that newer does not replace, then newer's
         at = np.minimum(np.searchsorted(newer.keys, self.keys), max(len(newer.keys) - 1, 0))
         stays = newer.keys[at] != self.keys if len(newer.keys) else np.ones(len(self.keys), bool)
-        kept = self.keys[stays]
-        placed = np.searchsorted(kept, newer.keys) + np.arange(len(newer.keys))
-        rest = np.ones(len(kept) + len(newer.keys), dtype=bool)
-        rest[placed] = False
-        keys = np.empty(len(rest), dtype=np.int64)
-        keys[placed], keys[rest] = newer.keys, kept
-        words = np.empty((len(rest), *newer.words.shape[1:]), dtype=np.int64)
-        words[placed], words[rest] = newer.words, self.words[stays]
-        return FrameStates(keys, words, newer.signature)
+        kept = int(stays.sum())
+        words = np.concatenate([self.words[rows[stays]], newer.words[newer.rows()]])
+        keys, slots = _merged(self.keys[stays], np.arange(kept),
+                              newer.keys, np.arange(kept, kept + len(newer.keys)))  # fmt: skip
+        return FrameStates(keys, words, newer.signature, slots)
+
+
+def _merged(
+    keys: np.ndarray, values: np.ndarray, more_keys: np.ndarray, more_values: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two sorted key arrays without a common key merged, each key with its value."""
+    placed = np.searchsorted(keys, more_keys) + np.arange(len(more_keys))
+    rest = np.ones(len(keys) + len(more_keys), dtype=bool)
+    rest[placed] = False
+    merged_keys = np.empty(len(rest), dtype=np.int64)
+    merged_keys[placed], merged_keys[rest] = more_keys, keys
+    merged_values = np.empty(len(rest), dtype=np.int64)
+    merged_values[placed], merged_values[rest] = more_values, values
+    return merged_keys, merged_values
 
 
 @dataclass(frozen=True)
