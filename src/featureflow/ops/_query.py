@@ -76,6 +76,10 @@ class FrameStates:
         """The row of ``words`` holding each key's states, in key order."""
         return np.arange(len(self.keys)) if self.slots is None else self.slots
 
+    def in_key_order(self) -> np.ndarray:
+        """Each key's states, in key order (``words`` itself when its rows are in order)."""
+        return self.words[: len(self.keys)] if self.slots is None else self.words[self.slots]
+
     def for_keys(self, keys: np.ndarray) -> np.ndarray:
         """The states of ``keys`` (sorted, unique) in that order; zeros where none."""
         out = np.zeros((len(keys), *self.words.shape[1:]), dtype=np.int64)
@@ -101,7 +105,7 @@ class FrameStates:
         if in_place and self.signature == newer.signature and len(newer.keys):
             at = np.minimum(np.searchsorted(self.keys, newer.keys), len(self.keys) - 1)
             held = self.keys[at] == newer.keys
-            newer_words = newer.words[newer.rows()]
+            newer_words = newer.in_key_order()
             words = self.words
             self.words[rows[at[held]]] = newer_words[held]
             fresh = ~held
@@ -120,7 +124,7 @@ class FrameStates:
         at = np.minimum(np.searchsorted(newer.keys, self.keys), max(len(newer.keys) - 1, 0))
         stays = newer.keys[at] != self.keys if len(newer.keys) else np.ones(len(self.keys), bool)
         kept = int(stays.sum())
-        words = np.concatenate([self.words[rows[stays]], newer.words[newer.rows()]])
+        words = np.concatenate([self.words[rows[stays]], newer.in_key_order()])
         keys, slots = _merged(self.keys[stays], np.arange(kept),
                               newer.keys, np.arange(kept, kept + len(newer.keys)))  # fmt: skip
         return FrameStates(keys, words, newer.signature, slots)
