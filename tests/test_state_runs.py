@@ -102,3 +102,33 @@ def test_a_state_in_time_order_is_taken_as_one_run() -> None:
     ]
     for got, want in zip(outputs[0][:2], outputs[1][:2], strict=True):
         assert got.equals(want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    runs=st.lists(
+        st.lists(st.tuples(st.integers(-3, 12), st.integers(-50, 50)), max_size=30),
+        min_size=1,
+        max_size=4,
+    ),
+    data=st.data(),
+)
+def test_latest_times_are_each_keys_latest_event_over_the_runs(
+    runs: list[list[tuple[int, int]]], data: st.DataObject
+) -> None:
+    tables = [
+        pa.table(
+            {
+                "user_id": pa.array([k for k, _ in sorted(rows)], pa.int64()),
+                "event_ns": pa.array([t for _, t in sorted(rows)], pa.int64()),
+            }
+        )
+        for rows in runs
+    ]
+    latest: dict[int, int] = {}
+    for key, ts in itertools.chain.from_iterable(runs):
+        latest[key] = max(ts, latest.get(key, ts))
+    held = sorted(latest)
+    asked = sorted(data.draw(st.sets(st.sampled_from(held))) if held else [])
+    got = state_runs.latest_times(tables, "user_id", np.array(asked, dtype=np.int64))
+    assert got.tolist() == [latest[k] for k in asked]

@@ -107,10 +107,12 @@ def latest_times(runs: list[pa.Table], join_key: str, keys: np.ndarray) -> np.nd
     latest = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
     for run in runs:
         run_keys = _numpy(run.column(join_key))
-        hi = np.searchsorted(run_keys, keys, side="right")
-        has = hi > np.searchsorted(run_keys, keys, side="left")
+        # one search: the key's last row is just before its right end, if it has rows
+        last = np.searchsorted(run_keys, keys, side="right") - 1
+        has = last >= 0
+        has[has] = run_keys[last[has]] == keys[has]
         ts = _numpy(run.column(EVENT_NS))
-        latest[has] = np.maximum(latest[has], ts[hi[has] - 1])
+        latest[has] = np.maximum(latest[has], ts[last[has]])
     return latest
 
 
