@@ -10,6 +10,10 @@
   user, windows of 1 h every 10 min, count/sum/avg/min/max of ``amount``, a
   5 min watermark, append mode into the ``noop`` sink, ``availableNow``.
 - The read floor: the Kafka source alone into the ``noop`` sink.
+- The parse floor: the Kafka source and the job's own parser
+  (:func:`featureflow.spark.parse.parse_events`) into the ``noop`` sink. The job
+  and the ``window()`` peer both pay it, so it bounds how far the job can get
+  ahead of ``window()``: at best window()'s time / the parse floor's.
 
 All are timed from their ``StreamingQuery`` progress reports: from the start
 of the first micro-batch that read records to the end of the last one (s).
@@ -262,6 +266,31 @@ def run_into_noop(frame: DataFrame, checkpoint: Path, system: str) -> StreamRun:
     seen: dict[int, dict[str, Any]] = {}
     _progress(query, seen)
     return run_from_progress(system, seen)
+
+
+def run_parse_floor(
+    spark: SparkSession, repo: Path, bootstrap: str, checkpoint: Path, max_offsets_per_trigger: int
+) -> StreamRun:
+    """The Kafka source and the job's parser into the ``noop`` sink, ``availableNow``.
+
+    Every record parsed and checked as the job and :func:`run_spark_window` do (bad
+    records keep their reasons, as the job's dead letters need), then dropped: no
+    shuffle, no window, no write. Neither system can run faster than this.
+    """
+    from featureflow.repo import load_store, stream_view_specs
+    from featureflow.spark.parse import parse_events
+    from featureflow.spark.pipeline import StreamOptions, read_kafka
+
+    spec = stream_view_specs(load_store(repo), ["user_txn_stats"])[0]
+    options = StreamOptions(
+        checkpoint=str(checkpoint), bootstrap=bootstrap,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )  # fmt: skip
+    return run_into_noop(
+        parse_events(read_kafka(spark, spec, options), spec),
+        checkpoint,
+        "Kafka source + the job's parser, noop sink (the parse floor)",
+    )
 
 
 def run_read_floor(

@@ -10,8 +10,9 @@
    (``featureflow.metrics`` lines).
 2. Peers on the same topic, in the same run: Feast's ``SparkKafkaProcessor``
    (ingest only, no windows), Spark's native hopping ``window()`` aggregation
-   and the Kafka source alone into a noop sink (the read floor; see
-   ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``. Each run is reported
+   the Kafka source and the job's parser into a noop sink (the parse floor, which
+   the job and ``window()`` share), and the Kafka source alone into a noop sink
+   (the read floor; see ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``. Each run is reported
    as a ratio to featureflow on the first store and as a share of the floor.
 3. Freshness: the job runs continuously on a new topic while a producer writes
    events stamped "now" at a fixed rate (default half of step 1's rate) for
@@ -34,7 +35,7 @@ the load average: the machine has 2 cores shared with other work.
 
 Usage: .venv/bin/python bench/stream.py [--events N] [--users U]
        [--max-offsets-per-trigger M] [--stores redis,sqlite]
-       [--skip sustained,rolling,window,feast,floor,fresh]
+       [--skip sustained,rolling,window,feast,parse,floor,fresh]
        [--fresh-rate R | --fresh-rates R1,R2,...] [--fresh-seconds S] [--phases]
 (run by ``make bench``, not by the tests).
 """
@@ -67,7 +68,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _stream_peers import StreamRun, run_feast, run_read_floor, run_spark_window  # noqa: E402
+from _stream_peers import (  # noqa: E402
+    StreamRun,
+    run_feast,
+    run_parse_floor,
+    run_read_floor,
+    run_spark_window,
+)
 from _worker_memory import WorkerMemory, baseline_bytes  # noqa: E402
 
 from featureflow.events import sample  # noqa: E402
@@ -79,7 +86,7 @@ BIN = Path(sys.executable).parent
 METRICS_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO featureflow\.metrics: (\{.*\})$"
 )
-SKIPPABLE = ("sustained", "rolling", "window", "feast", "floor", "fresh")
+SKIPPABLE = ("sustained", "rolling", "window", "feast", "parse", "floor", "fresh")
 STORES = ("redis", "sqlite")
 SQLITE_STORE = "online_store:\n  type: sqlite\n  path: data/online_store.db\n"
 
@@ -608,7 +615,7 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
                             f"featureflow, user_txn_stats only (18 rolling), {store}", offsets,
                             "--view", "user_txn_stats"))  # fmt: skip
         print(table(runs, both), flush=True)
-    if {"window", "feast", "floor"} - skip:
+    if {"window", "feast", "parse", "floor"} - skip:
         from featureflow.spark.session import build_session
 
         # Feast's processor collects each micro-batch to pandas on the driver: at 1 M
@@ -636,6 +643,12 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
                 note = f"failed: {type(error).__name__}: {reason[:300]}"
                 runs.append(StreamRun("Feast SparkKafkaProcessor (ingest, no windows)", 0, 0.0,
                                       note=note))  # fmt: skip
+            print(table(runs, both), flush=True)
+        if "parse" not in skip:
+            parse_repo = private_repo(root, "repo-parse", topic)
+            runs.append(
+                run_parse_floor(spark, parse_repo, args.bootstrap, root / "ckpt-parse", offsets)
+            )
             print(table(runs, both), flush=True)
         if "floor" not in skip:
             floor = run_read_floor(spark, args.bootstrap, topic, root / "ckpt-floor", offsets)
