@@ -9,13 +9,12 @@ Two shapes, both plain numpy:
 - ``Packed`` — the bytes of all rows back to back in ``data`` with ``offsets``
   (``n + 1`` entries, like Arrow's binary layout).
 
-``concat`` joins cells row by row into ``Packed``: it stacks the padded
-matrices and drops the padding with one boolean mask, so no per-row Python
-and no per-byte index arrays when every part has a fixed width.
+``concat`` joins parts row by row into ``Packed``: fixed-width parts by
+stacking their matrices, any variable-width ones through Arrow's row-wise
+binary join; no per-row Python either way.
 
-Performance: every function is O(total bytes) in numpy; the only per-byte
-index arrays are built in ``pad`` for variable-width inputs (strings,
-varints), whose widths are small.
+Performance: every function is O(total bytes); the only per-byte index arrays
+are built in ``pad`` for variable-width inputs, whose widths are small.
 """
 
 from __future__ import annotations
@@ -258,26 +257,38 @@ def _stack_fixed(cells: Sequence[Cells], n: int) -> U8:
 
 
 def concat(parts: Sequence[Cells | Packed]) -> Packed:
-    """Row-wise concatenation: row ``i`` is ``parts[0][i] + parts[1][i] + …``."""
-    cells = [p if isinstance(p, Cells) else pad(p) for p in parts]
-    n = cells[0].n
-    totals = np.zeros(n, dtype=np.int64)
-    for c in cells:
-        totals += c.row_lengths()
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(totals, out=offsets[1:])
-    if all(c.lengths is None for c in cells):
+    """Row-wise concatenation: row ``i`` is ``parts[0][i] + parts[1][i] + …``.
+
+    Fixed-width parts are stacked as matrices (:func:`_stack_fixed`); with any
+    variable-width part, Arrow joins the rows (``binary_join_element_wise``, one copy of
+    each row's bytes in C++). Padding the variable parts to a matrix and masking the
+    padding away, as this did before, took 18x longer for a Redis command's parts."""
+    if all(isinstance(p, Cells) and p.lengths is None for p in parts):
+        cells = [p for p in parts if isinstance(p, Cells)]
+        n = cells[0].n
+        offsets = np.arange(n + 1, dtype=np.int64) * sum(c.width for c in cells)
         return Packed(_stack_fixed(cells, n).reshape(-1), offsets)
-    matrix = np.hstack([c.matrix for c in cells])
-    mask = np.hstack(
-        [
-            np.broadcast_to(True, c.matrix.shape)
-            if c.lengths is None
-            else np.arange(c.width)[None, :] < c.lengths[:, None]
-            for c in cells
-        ]
-    )
-    return Packed(matrix[mask], offsets)
+    n = parts[0].n
+    if n == 0:
+        return Packed(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    arrays = [_arrow_rows(p, n) for p in parts]
+    return from_arrow(pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.large_binary())))
+
+
+def _arrow_rows(part: Cells | Packed, n: int) -> pa.Array | pa.Scalar:
+    """A part of :func:`concat` as Arrow ``large_binary`` rows (a constant as a scalar)."""
+    if isinstance(part, Packed):
+        return part.to_arrow()
+    if part.is_const:
+        return pa.scalar(part.matrix[0].tobytes(), pa.large_binary())
+    matrix = np.ascontiguousarray(part.matrix)
+    if part.lengths is None:
+        fixed = pa.Array.from_buffers(pa.binary(part.width), n, [None, pa.py_buffer(matrix)])
+        return fixed.cast(pa.large_binary())
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(part.lengths, out=offsets[1:])
+    inside = np.arange(part.width)[None, :] < part.lengths[:, None]
+    return Packed(matrix[inside], offsets).to_arrow()
 
 
 def mask_rows(packed: Packed, keep: npt.NDArray[np.bool_]) -> Packed:
