@@ -27,21 +27,20 @@ _I64 = st.integers(-(2**63), 2**63 - 1)
     st.lists(st.binary(max_size=40), min_size=1, max_size=30),
     st.data(),
 )
-def test_redis_take_gathers_rows_and_empties_absent_ones(
+def test_take_gathers_rows_and_empties_absent_ones(
     rows: list[bytes], data: st.DataObject
 ) -> None:
-    """The Redis writer's row gather (redis._take) over a slice of a Packed (offsets not
-    starting at 0), with repeated, reordered and absent rows."""
-    from featureflow.online.redis import _take
-
+    """The row gather (B.take) over a slice of a Packed (offsets not starting at 0),
+    with repeated, reordered and absent rows."""
     whole = B.concat([B.pad(B.from_arrow(pa.array([b"head", *rows, b"tail"], pa.binary())))])
     packed = whole.rows(1, 1 + len(rows))
     picks = data.draw(st.lists(st.tuples(st.integers(0, len(rows) - 1), st.booleans()),
                                max_size=40))  # fmt: skip
     index = np.array([i for i, _ in picks], dtype=np.int64)
     present = np.array([p for _, p in picks], dtype=bool)
-    got = _take(packed, index, present)
+    got = B.take(packed, index, present)
     assert got.to_pylist() == [rows[i] if p else b"" for i, p in picks]
+    assert B.take(packed, index).to_pylist() == [rows[i] for i, _ in picks]
 
 
 @given(st.lists(_I64, max_size=50))

@@ -198,6 +198,19 @@ def from_arrow(array: pa.Array) -> Packed:
     return Packed(data, offsets.astype(np.int64))
 
 
+def take(packed: Packed, index: I64, present: npt.NDArray[np.bool_] | None = None) -> Packed:
+    """Row ``i`` is ``packed[index[i]]`` (empty where ``present[i]`` is false).
+
+    Arrow's ``take`` copies each row's bytes once (in C++); a byte-index gather in numpy
+    (``repeat`` + ``arange``: int64 temporaries per byte) cost 50x more and was a quarter
+    of the Redis client's CPU for a write of two views' hashes. Absent rows point at one
+    empty row added after the others."""
+    if present is not None:
+        packed = Packed(packed.data, np.append(packed.offsets, packed.offsets[-1]))
+        index = np.where(present, index, packed.n - 1)
+    return from_arrow(pc.take(packed.to_arrow(), pa.array(index, pa.int64())))
+
+
 def regroup(elements: Packed, list_offsets: I64) -> Packed:
     """Join consecutive rows: row ``i`` of the result is elements ``list_offsets[i]:[i+1]``."""
     return Packed(elements.data, elements.offsets[list_offsets])

@@ -225,7 +225,7 @@ def prepare(table: pa.Table, layout: ViewLayout, key_version: int) -> Batch:
 def reorder(batch: Batch, order: I64) -> Batch:
     """The same batch with its entities in ``order``."""
     index = pa.array(order)
-    keys = B.concat([_take_rows(batch.keys, order)])
+    keys = B.take(batch.keys, order)
     return Batch(
         keys=keys,
         event_micros=batch.event_micros[order],
@@ -233,8 +233,3 @@ def reorder(batch: Batch, order: I64) -> Batch:
         features={n: (a.take(index), vt) for n, (a, vt) in batch.features.items()},
         rows_in=batch.rows_in,
     )
-
-
-def _take_rows(packed: B.Packed, order: I64) -> B.Cells:
-    cells = B.pad(packed)
-    return B.Cells(cells.matrix[order], None if cells.lengths is None else cells.lengths[order])

@@ -370,19 +370,6 @@ def _fields_part(group: Batch, ts_field: bytes, fields: list[bytes]) -> list[B.C
     return parts
 
 
-def _take(packed: B.Packed, index: npt.NDArray[np.int64], present: npt.NDArray[np.bool_]
-          ) -> B.Packed:
-    """Row ``i`` is ``packed[index[i]]`` where ``present[i]``, else empty.
-
-    Arrow's ``take`` copies each row's bytes once (in C++); a byte-index gather in numpy
-    (``repeat`` + ``arange``: int64 temporaries per byte) cost 50x more and was a quarter
-    of the client's CPU for a write of two views' hashes. Absent rows point at one
-    empty row added after the others."""
-    with_empty = B.Packed(packed.data, np.append(packed.offsets, packed.offsets[-1]))
-    taken = pc.take(with_empty.to_arrow(), pa.array(np.where(present, index, packed.n)))
-    return B.from_arrow(taken)
-
-
 _BLOCK = 4096
 """Entities whose commands are built at once when several views share the hashes."""
 
@@ -516,11 +503,11 @@ class _Plan:
         size = len(entities)
         present = views & (self.rows[entities] >= 0)
         argc = 2 + present.astype(np.int64) @ (2 * np.asarray(self.pairs, dtype=np.int64))
-        key = _take(self.keys, entities, np.ones(size, dtype=bool))
+        key = B.take(self.keys, entities)
         parts: list[B.Cells | B.Packed] = [B.const(b"*", size), B.ascii_decimal(argc),
                                            B.const(b"\r\n" + _resp_args([b"HSET"]), size), key]
         for v, segment in enumerate(self.segments):
-            parts.append(_take(segment, np.maximum(self.rows[entities, v], 0), present[:, v]))
+            parts.append(B.take(segment, np.maximum(self.rows[entities, v], 0), present[:, v]))
         if self.ttl:
             parts += _expire([key], self.ttl, size)
         return B.concat(parts)
