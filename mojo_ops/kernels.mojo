@@ -281,6 +281,14 @@ def merge_runs(desc: PythonObject) raises -> PythonObject:
     return PythonObject(rows)
 
 
+def run_segments(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var asked: Int
+    with GILReleased(Python()):
+        asked = runs.run_segments(d)
+    return PythonObject(asked)
+
+
 def encode_int_keys(desc: PythonObject) raises -> PythonObject:
     return PythonObject(keys.encode_int_keys(_desc(desc)))
 
@@ -344,6 +352,9 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[merge_runs](
             "merge_runs", docstring="Merge runs sorted by (key, ts); see runs.mojo."
+        )
+        m.def_function[run_segments](
+            "run_segments", docstring="Each asked key's rows in a sorted run; see runs.mojo."
         )
         m.def_function[encode_int_keys](
             "encode_int_keys", docstring="Dense codes of integer keys; see keys.mojo."

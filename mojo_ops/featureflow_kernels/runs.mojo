@@ -1,6 +1,7 @@
 """Runs sorted by (key, ts), the stream job's state: a batch's rows sorted into
-one (`sort_run`), runs merged (`merge_runs`, the state's compaction), and some
-keys' rows read back from all runs in ts order (`gather_runs`).
+one (`sort_run`), runs merged (`merge_runs`, the state's compaction), some
+keys' rows read back from all runs in ts order (`gather_runs`), and where some
+keys' rows lie in a run (`run_segments`).
 
 Each run is sorted by key, then ts, ties in arrival order; the runs are in
 arrival order. `merge_runs` writes the merged order as indices into the runs'
@@ -185,6 +186,61 @@ def lower_bound_from(keys: I64P, n: Int, at: Int, key: Int64) -> Int:
         else:
             hi = mid
     return hi
+
+
+@always_inline
+def upper_bound_from(keys: I64P, n: Int, at: Int, key: Int64) -> Int:
+    """The first position >= `at` whose key is > `key` (keys sorted), galloping
+    from `at` like `lower_bound_from`."""
+    if at >= n or keys[unsafe_offset=at] > key:
+        return at
+    var lo = at  # keys[lo] <= key
+    var step = 1
+    var hi = at + 1
+    while hi < n and keys[unsafe_offset=hi] <= key:
+        lo = hi
+        step *= 2
+        hi = at + step
+    if hi > n:
+        hi = n
+    while hi - lo > 1:  # keys[lo] <= key < keys[hi] (or hi == n)
+        var mid = (lo + hi) // 2
+        if keys[unsafe_offset=mid] <= key:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def run_segments(d: I64P) -> Int:
+    """Each asked key's rows in one run: descriptor words 0 the run's rows n, 1 its
+    keys addr (int64, sorted), 2 asked keys G, 3 their addr (int64), 4 output addr
+    (int64, 2 G words): per asked key, the start and end [left, right) of its rows
+    (left == right: none, at the position it would take). Asked keys in ascending
+    order are found in one pass, each galloping from the previous key's end (the
+    log of the step, not of the run, and the run's keys read in order); a key
+    below its predecessor starts again from the run's start, so any order is
+    answered correctly. Returns G."""
+    var n = Int(d[unsafe_offset=0])
+    var keys = i64p(Int(d[unsafe_offset=1]))
+    var asked = Int(d[unsafe_offset=2])
+    var wanted = i64p(Int(d[unsafe_offset=3]))
+    var out = i64p(Int(d[unsafe_offset=4]))
+    var at = 0  # every row before it has a key below the next asked key (ascending)
+    for i in range(asked):
+        var key = wanted[unsafe_offset=i]
+        if i > 0 and key == wanted[unsafe_offset=i - 1]:
+            out[unsafe_offset=2 * i] = out[unsafe_offset=2 * i - 2]
+            out[unsafe_offset=2 * i + 1] = out[unsafe_offset=2 * i - 1]
+            continue
+        if i > 0 and key < wanted[unsafe_offset=i - 1]:
+            at = 0
+        var left = lower_bound_from(keys, n, at, key)
+        var right = upper_bound_from(keys, n, left, key)
+        out[unsafe_offset=2 * i] = Int64(left)
+        out[unsafe_offset=2 * i + 1] = Int64(right)
+        at = right
+    return asked
 
 
 @always_inline

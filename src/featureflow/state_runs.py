@@ -106,13 +106,11 @@ def latest_times(runs: list[pa.Table], join_key: str, keys: np.ndarray) -> np.nd
     """Per key (sorted, unique, each in some run): its latest event time over the runs."""
     latest = np.full(len(keys), np.iinfo(np.int64).min, dtype=np.int64)
     for run in runs:
-        run_keys = _numpy(run.column(join_key))
-        # one search: the key's last row is just before its right end, if it has rows
-        last = np.searchsorted(run_keys, keys, side="right") - 1
-        has = last >= 0
-        has[has] = run_keys[last[has]] == keys[has]
+        segments = ops.run_segments(_numpy(run.column(join_key)), keys)
+        has = segments[:, 1] > segments[:, 0]
+        last = segments[has, 1] - 1  # a key's last row is its latest (rows in ts order)
         ts = _numpy(run.column(EVENT_NS))
-        latest[has] = np.maximum(latest[has], ts[last[has]])
+        latest[has] = np.maximum(latest[has], ts[last])
     return latest
 
 

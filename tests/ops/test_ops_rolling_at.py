@@ -1,4 +1,4 @@
-"""rolling_at() and merge_runs(): frames at query points over runs, against DuckDB.
+"""rolling_at(), merge_runs() and run_segments(): frames at query points over runs, against DuckDB.
 
 The rows arrive in order and are cut into runs (each sorted by key then ts,
 stably); DuckDB sees the rows in arrival order plus one NULL row per query at
@@ -143,3 +143,26 @@ def test_merge_runs_is_a_stable_sort_without_the_rows_before_the_cut(
     all_ts = np.concatenate([np.asarray(t) for _, t, _ in runs] or [np.zeros(0, np.int64)])
     order = np.lexsort((all_ts, all_keys))
     np.testing.assert_array_equal(merged, order[all_ts[order] >= cut_ns])
+
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    run_keys=st.lists(st.one_of(st.integers(-5, 5), INT64), max_size=60),
+    asked=st.lists(st.one_of(st.integers(-6, 6), INT64), max_size=30),
+    ascending=st.booleans(),
+)
+def test_run_segments_are_each_keys_rows_in_the_run(
+    run_keys: list[int], asked: list[int], ascending: bool
+) -> None:
+    """Against numpy's binary searches: keys present, absent, below and above every
+    row, repeated, at the int64 limits; asked in ascending order (the one pass) or not
+    (a key below its predecessor starts again)."""
+    run = np.sort(np.array(run_keys, dtype=np.int64))
+    keys = np.array(sorted(asked) if ascending else asked, dtype=np.int64)
+    got = ops.run_segments(run, keys)
+    assert got.shape == (len(keys), 2)
+    np.testing.assert_array_equal(got[:, 0], np.searchsorted(run, keys, side="left"))
+    np.testing.assert_array_equal(got[:, 1], np.searchsorted(run, keys, side="right"))

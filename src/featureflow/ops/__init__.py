@@ -248,7 +248,7 @@ def rolling_at_resuming(
         parsed = [
             _query.Run(np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], value_type))
         ]
-    plan = _query.plan(parsed, qkeys, qts)
+    plan = _query.plan(parsed, qkeys, qts, _backend.current().backend.run_segments)
     impl = _backend.current().backend
     window_ns = [ns for _, ns in wins]
     signature = (tuple(window_ns), hop_ns, tuple(names), str(value_type))
@@ -285,6 +285,20 @@ def merge_runs(runs: list[tuple[object, object]], cut_ns: int) -> np.ndarray:
     rows with ts < ``cut_ns`` left out. One linear pass on the Mojo backend."""
     parsed = [_run(k, t, pa.nulls(len(k), pa.float64()), i) for i, (k, t) in enumerate(runs)]  # type: ignore[arg-type]
     return _backend.current().backend.merge_runs(parsed, int(cut_ns))
+
+
+def run_segments(run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Where each key's rows lie in one run's keys.
+
+    Args:
+        run_keys: int64, sorted ascending (a run's keys, see `rolling_at`).
+        keys: int64, any order; ascending is fastest (one pass over the run on the
+            Mojo backend, each key galloping from the previous one's end).
+    Returns:
+        int64 of shape (len(keys), 2): per key, ``[left, right)`` of its rows in
+        ``run_keys`` (``np.searchsorted``'s left and right sides; equal where it has none).
+    """
+    return _backend.current().backend.run_segments(np.asarray(run_keys), np.asarray(keys))
 
 
 def sort_run(keys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

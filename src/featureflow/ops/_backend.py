@@ -57,6 +57,12 @@ class Backend(Protocol):
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray: ...
 
+    def run_segments(self, run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Per key of ``keys`` (int64), ``[left, right)`` of its rows in ``run_keys`` (int64,
+        sorted): an int64 array of shape (len(keys), 2), ``np.searchsorted``'s left and
+        right sides. Fastest for ascending ``keys``; any order is answered."""
+        ...
+
     def sort_run(
         self, keys: np.ndarray, ts: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...

@@ -21,7 +21,7 @@ and reads only the rows entering and leaving the frames.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -177,8 +177,14 @@ class Plan:
         return table.take(pa.array(inverse))
 
 
-def plan(runs: Sequence[Run], at_keys: np.ndarray, at_ts: np.ndarray) -> Plan:
-    """Group the queries (``at_keys[j]``, ``at_ts[j]``) by key and find their segments."""
+def plan(
+    runs: Sequence[Run],
+    at_keys: np.ndarray,
+    at_ts: np.ndarray,
+    segments: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> Plan:
+    """Group the queries (``at_keys[j]``, ``at_ts[j]``) by key and find their segments
+    (``segments(run.keys, group_keys)``: each group key's ``[left, right)`` in a run)."""
     order = np.lexsort((at_ts, at_keys))
     qk = at_keys[order]
     qts = np.ascontiguousarray(at_ts[order], dtype=np.int64)
@@ -190,8 +196,7 @@ def plan(runs: Sequence[Run], at_keys: np.ndarray, at_ts: np.ndarray) -> Plan:
     qoff = np.concatenate([first, [len(qk)]]).astype(np.int64)
     segs = np.zeros((len(group_keys), max(len(runs), 1), 2), dtype=np.int64)
     for r, run in enumerate(runs):
-        segs[:, r, 0] = np.searchsorted(run.keys, group_keys, side="left")
-        segs[:, r, 1] = np.searchsorted(run.keys, group_keys, side="right")
+        segs[:, r, :] = segments(run.keys, group_keys)
     held = (segs[:, :, 1] - segs[:, :, 0]).sum(axis=1) if len(runs) else np.zeros(0)
     capacity = int(held.max()) if len(held) else 0
     # outputs are written in sorted order (sequential stores), then put back in

@@ -261,6 +261,13 @@ class ReferenceBackend:
 
         return reference_splice_records(old, cut, end, new, keys, gap, max_length, watermark)
 
+    def run_segments(self, run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Each key's ``[left, right)`` in the sorted ``run_keys``: two binary searches."""
+        out = np.empty((len(keys), 2), dtype=np.int64)
+        out[:, 0] = np.searchsorted(run_keys, keys, side="left")
+        out[:, 1] = np.searchsorted(run_keys, keys, side="right")
+        return out
+
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray:
         """Indices into the runs' concatenation in (key, ts) order, stable, without
         the rows before ``cut_ns``."""

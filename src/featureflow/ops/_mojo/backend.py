@@ -373,6 +373,17 @@ class NativeBackend:
         m = self._call("merge_runs", words)
         return out[:m]
 
+    def run_segments(self, run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """Each key's ``[left, right)`` in the sorted ``run_keys``, one galloping pass
+        (runs.mojo): the binary searches over a 24 h state's run missed the cache."""
+        run_keys = np.ascontiguousarray(run_keys, dtype=np.int64)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        out = np.empty((len(keys), 2), dtype=np.int64)
+        words = [len(run_keys), int(run_keys.ctypes.data), len(keys), int(keys.ctypes.data),
+                 int(out.ctypes.data)]  # fmt: skip
+        self._call("run_segments", words)
+        return out
+
     def hopping(
         self,
         s: Series,
