@@ -190,26 +190,11 @@ def lower_bound_from(keys: I64P, n: Int, at: Int, key: Int64) -> Int:
 
 @always_inline
 def upper_bound_from(keys: I64P, n: Int, at: Int, key: Int64) -> Int:
-    """The first position >= `at` whose key is > `key` (keys sorted), galloping
-    from `at` like `lower_bound_from`."""
-    if at >= n or keys[unsafe_offset=at] > key:
-        return at
-    var lo = at  # keys[lo] <= key
-    var step = 1
-    var hi = at + 1
-    while hi < n and keys[unsafe_offset=hi] <= key:
-        lo = hi
-        step *= 2
-        hi = at + step
-    if hi > n:
-        hi = n
-    while hi - lo > 1:  # keys[lo] <= key < keys[hi] (or hi == n)
-        var mid = (lo + hi) // 2
-        if keys[unsafe_offset=mid] <= key:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    """The first position >= `at` whose key is > `key` (keys sorted): for integers,
+    the first whose key is >= key + 1."""
+    if key == Int64.MAX:
+        return max(at, n)
+    return lower_bound_from(keys, n, at, key + 1)
 
 
 def run_segments(d: I64P) -> Int:
