@@ -11,9 +11,12 @@
 2. Peers on the same topic, in the same run: Feast's ``SparkKafkaProcessor``
    (ingest only, no windows), Spark's native hopping ``window()`` aggregation
    the Kafka source and the job's parser into a noop sink (the parse floor, which
-   the job and ``window()`` share), and the Kafka source alone into a noop sink
-   (the read floor; see ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``. Each run is reported
-   as a ratio to featureflow on the first store and as a share of the floor.
+   the job and ``window()`` share), the same plus the job's shuffle by entity and
+   second Arrow pass with no views in it (the shuffle floor: the job's layout
+   before any state, kernel or write), and the Kafka source alone into a noop
+   sink (the read floor; see ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``.
+   Each run is reported as a ratio to featureflow on the first store and as a
+   share of the floor.
 3. Freshness: the job runs continuously on a new topic while a producer writes
    events stamped "now" at a fixed rate (default half of step 1's rate) for
    ``--fresh-seconds``; freshness (online write time - event time, s) p50/p99
@@ -35,7 +38,7 @@ the load average: the machine has 2 cores shared with other work.
 
 Usage: .venv/bin/python bench/stream.py [--events N] [--users U]
        [--max-offsets-per-trigger M] [--stores redis,sqlite]
-       [--skip sustained,rolling,window,feast,parse,floor,fresh]
+       [--skip sustained,rolling,window,feast,parse,shuffle,floor,fresh]
        [--fresh-rate R | --fresh-rates R1,R2,...] [--fresh-seconds S] [--phases]
 (run by ``make bench``, not by the tests).
 """
@@ -73,6 +76,7 @@ from _stream_peers import (  # noqa: E402
     run_feast,
     run_parse_floor,
     run_read_floor,
+    run_shuffle_floor,
     run_spark_window,
 )
 from _worker_memory import WorkerMemory, baseline_bytes  # noqa: E402
@@ -86,7 +90,7 @@ BIN = Path(sys.executable).parent
 METRICS_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO featureflow\.metrics: (\{.*\})$"
 )
-SKIPPABLE = ("sustained", "rolling", "window", "feast", "parse", "floor", "fresh")
+SKIPPABLE = ("sustained", "rolling", "window", "feast", "parse", "shuffle", "floor", "fresh")
 STORES = ("redis", "sqlite")
 SQLITE_STORE = "online_store:\n  type: sqlite\n  path: data/online_store.db\n"
 
@@ -459,8 +463,8 @@ def table(
         return "-" if value is None else f"{value:.3g}"
 
     lines = ["| system | events | wall s | events/s | vs featureflow | of read floor "
-             "| freshness p50 / p99 s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| after batch 0, events/s | vs featureflow after batch 0 | freshness p50 / p99 s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for run in runs:
         share = (
             f"{run.events_per_s / floor.events_per_s:.0%}"
@@ -478,9 +482,12 @@ def table(
             else f"{fmt(run.freshness_p50_s)} / {fmt(run.freshness_p99_s)}"
         )
         shown = "-" if ratio is None else f"{ratio:.2f}x"
+        steady, steady_ref = run.steady_events_per_s, reference and reference.steady_events_per_s
+        steady_shown = "-" if steady is None else f"{steady:,.0f}"
+        steady_ratio = f"{steady / steady_ref:.2f}x" if steady and steady_ref else "-"
         lines.append(
             f"| {run.system} | {run.events:,} | {run.wall_s:.1f} | {run.events_per_s:,.0f} "
-            f"| {shown} | {share} | {fresh} |"
+            f"| {shown} | {share} | {steady_shown} | {steady_ratio} | {fresh} |"
         )
     return "\n".join(lines)
 
@@ -584,7 +591,16 @@ def save(section: str, content: dict[str, Any]) -> None:
 
 
 def as_record(runs: list[StreamRun]) -> list[dict[str, Any]]:
-    return [{**dataclasses.asdict(r), "events_per_s": round(r.events_per_s, 1)} for r in runs]
+    return [
+        {
+            **dataclasses.asdict(r),
+            "events_per_s": round(r.events_per_s, 1),
+            "steady_events_per_s": None
+            if r.steady_events_per_s is None
+            else round(r.steady_events_per_s, 1),
+        }
+        for r in runs
+    ]
 
 
 def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun:
@@ -615,7 +631,7 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
                             f"featureflow, user_txn_stats only (18 rolling), {store}", offsets,
                             "--view", "user_txn_stats"))  # fmt: skip
         print(table(runs, both), flush=True)
-    if {"window", "feast", "parse", "floor"} - skip:
+    if {"window", "feast", "parse", "shuffle", "floor"} - skip:
         from featureflow.spark.session import build_session
 
         # Feast's processor collects each micro-batch to pandas on the driver: at 1 M
@@ -649,6 +665,11 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
             runs.append(
                 run_parse_floor(spark, parse_repo, args.bootstrap, root / "ckpt-parse", offsets)
             )
+            print(table(runs, both), flush=True)
+        if "shuffle" not in skip:
+            shuffle_repo = private_repo(root, "repo-shuffle", topic)
+            runs.append(run_shuffle_floor(spark, shuffle_repo, args.bootstrap,
+                                          root / "ckpt-shuffle", offsets))  # fmt: skip
             print(table(runs, both), flush=True)
         if "floor" not in skip:
             floor = run_read_floor(spark, args.bootstrap, topic, root / "ckpt-floor", offsets)
