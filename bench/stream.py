@@ -16,7 +16,9 @@
    before any state, kernel or write), and the Kafka source alone into a noop
    sink (the read floor; see ``_stream_peers.py``). Same ``maxOffsetsPerTrigger``.
    Each run is reported as a ratio to featureflow on the first store and as a
-   share of the floor.
+   share of the floor, over the whole run and after its first micro-batch (the
+   later batches' records over the time from the first batch's end to the last
+   one's: without the cold start, ``StreamRun.steady_events_per_s``).
 3. Freshness: the job runs continuously on a new topic while a producer writes
    events stamped "now" at a fixed rate (default half of step 1's rate) for
    ``--fresh-seconds``; freshness (online write time - event time, s) p50/p99
