@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from featureflow.repo import StreamViewSpec
+
 FEAST_CHECKPOINT = "/tmp/checkpoint/"
 """Where ``SparkKafkaProcessor`` hard-codes its checkpoint (shared by every run on the host)."""
 
@@ -207,6 +209,24 @@ def run_feast(
     return run
 
 
+def parsed_topic(
+    spark: SparkSession, repo: Path, bootstrap: str, checkpoint: Path, max_offsets_per_trigger: int
+) -> tuple[StreamViewSpec, DataFrame]:
+    """``user_txn_stats``'s spec in ``repo`` and its topic read and parsed as the job
+    does (:func:`featureflow.spark.parse.parse_events`): what every peer that pays
+    the job's parse starts from."""
+    from featureflow.repo import load_store, stream_view_specs
+    from featureflow.spark.parse import parse_events
+    from featureflow.spark.pipeline import StreamOptions, read_kafka
+
+    spec = stream_view_specs(load_store(repo), ["user_txn_stats"])[0]
+    options = StreamOptions(
+        checkpoint=str(checkpoint), bootstrap=bootstrap,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )  # fmt: skip
+    return spec, parse_events(read_kafka(spark, spec, options), spec)
+
+
 def run_spark_window(
     spark: SparkSession,
     repo: Path,
@@ -221,18 +241,10 @@ def run_spark_window(
     """
     from pyspark.sql import functions as F
 
-    from featureflow.repo import load_store, stream_view_specs
-    from featureflow.spark.parse import ERROR_REASON, EVENT_TIME, parse_events
-    from featureflow.spark.pipeline import StreamOptions, read_kafka
+    from featureflow.spark.parse import ERROR_REASON, EVENT_TIME
 
-    spec = stream_view_specs(load_store(repo), ["user_txn_stats"])[0]
-    options = StreamOptions(
-        checkpoint=str(checkpoint), bootstrap=bootstrap,
-        max_offsets_per_trigger=max_offsets_per_trigger,
-    )  # fmt: skip
-    events = parse_events(read_kafka(spark, spec, options), spec).where(
-        F.col(ERROR_REASON).isNull()
-    )
+    spec, parsed = parsed_topic(spark, repo, bootstrap, checkpoint, max_offsets_per_trigger)
+    events = parsed.where(F.col(ERROR_REASON).isNull())
     windows = (
         events.withWatermark(EVENT_TIME, "5 minutes")
         .groupBy(F.window(EVENT_TIME, "1 hour", "10 minutes"), F.col(spec.join_key))
@@ -298,17 +310,9 @@ def run_parse_floor(
     records keep their reasons, as the job's dead letters need), then dropped: no
     shuffle, no window, no write. Neither system can run faster than this.
     """
-    from featureflow.repo import load_store, stream_view_specs
-    from featureflow.spark.parse import parse_events
-    from featureflow.spark.pipeline import StreamOptions, read_kafka
-
-    spec = stream_view_specs(load_store(repo), ["user_txn_stats"])[0]
-    options = StreamOptions(
-        checkpoint=str(checkpoint), bootstrap=bootstrap,
-        max_offsets_per_trigger=max_offsets_per_trigger,
-    )  # fmt: skip
+    _, parsed = parsed_topic(spark, repo, bootstrap, checkpoint, max_offsets_per_trigger)
     return run_into_noop(
-        parse_events(read_kafka(spark, spec, options), spec),
+        parsed,
         checkpoint,
         "Kafka source + the job's parser, noop sink (the parse floor)",
     )
@@ -328,17 +332,10 @@ def run_shuffle_floor(
     import pyarrow as pa
 
     from featureflow.columns import EVENT_NS
-    from featureflow.repo import load_store, stream_view_specs
     from featureflow.spark.event_time import mark_event_time, without_unneeded_bytes
-    from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
-    from featureflow.spark.pipeline import StreamOptions, read_kafka
+    from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH
 
-    spec = stream_view_specs(load_store(repo), ["user_txn_stats"])[0]
-    options = StreamOptions(
-        checkpoint=str(checkpoint), bootstrap=bootstrap,
-        max_offsets_per_trigger=max_offsets_per_trigger,
-    )  # fmt: skip
-    parsed = parse_events(read_kafka(spark, spec, options), spec)
+    spec, parsed = parsed_topic(spark, repo, bootstrap, checkpoint, max_offsets_per_trigger)
     selected = parsed.select(
         spec.join_key, EVENT_NS, *spec.value_columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON
     )
