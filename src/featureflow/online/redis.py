@@ -30,6 +30,20 @@ above. A stream's steady state (every row newer) then costs no round trip per
 chunk; a replay of old rows sends its HSETs twice (queued and discarded, then
 decided per chunk).
 
+New entities first (``RESTORE_NEW``): a write asks ``EXISTS`` of a sample of its keys
+and, when some are absent, of every key; each absent entity's hash is then created
+whole by ``RESTORE`` without ``REPLACE`` from a payload built here
+(:mod:`featureflow.online.redis_dump`), which the server copies as it is, and which
+it refuses (``BUSYKEY``) if another writer created the key meanwhile. So nothing is
+overwritten on that path, and what it did not create (every existing entity, the
+refused ones, values the payload cannot hold) takes the checked path above. The
+payload format is checked once per server against the server's own ``DUMP``
+(:func:`restore_version`); a server that differs gets ``HSET`` only. Measured on
+Redis 7.0, 100 k new entities of 19 fields: 0.17-0.25 s of server CPU against
+0.40-0.47 s for plain ``HSET``s (the floor), and the write's wall time 0.74-0.77x
+the floor's; a stream's steady state (every sampled key exists) pays one ``EXISTS``
+round trip per write.
+
 Several views at once (``write_views``, the stream job's one write per topic): each
 entity gets one ``HSET`` holding the fields of every view with a row for it; the Lua
 call reads every view's ``_ts`` (``HMGET``) and decides the rule above per
@@ -68,7 +82,9 @@ each entity's stored ``_ts`` read inside the server before its ``HSET``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import socket
 import threading
 import uuid
@@ -89,6 +105,7 @@ from redis.retry import Retry
 from featureflow.errors import OnlineStoreError
 from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
+from featureflow.online import redis_dump as D
 from featureflow.online.batch import Batch, reorder
 from featureflow.secrets import redis_address
 
@@ -290,11 +307,12 @@ def write_views(
     under WATCH), so every entity is all old or all new for every view.
     """
     given = list(views)
-    views = [(name, batch) for name, batch in given if batch.n]
-    if not views:
+    live = [i for i, (_, batch) in enumerate(given) if batch.n]
+    if not live:
         return [(0, 0)] * len(given)
     ttl = int(config.key_ttl_seconds or 0)
-    n_views = len(views)
+    project_bytes = project.encode("utf8")
+    todo = [given[i] for i in live]
 
     client = _client(config)
     try:
@@ -302,9 +320,30 @@ def write_views(
     except RedisError as exc:
         msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
         raise OnlineStoreError(msg) from exc
+    written = np.zeros(len(todo), dtype=np.int64)
+    version = restore_version(client, config.connection_string) if RESTORE_NEW else None
+    if version is not None:
+        written, todo = _create_absent(client, config, todo, project_bytes, ttl, version)
+    rest = [k for k, (_, batch) in enumerate(todo) if batch.n]
+    if rest:
+        written[rest] += _check_and_set(client, config, [todo[k] for k in rest], sha,
+                                        project_bytes, ttl, int(written.sum()))
+    counts = [(0, 0)] * len(given)
+    for k, i in enumerate(live):
+        counts[i] = (int(written[k]), given[i][1].n - int(written[k]))
+    return counts
+
+
+def _check_and_set(client, config: RedisOnlineStoreConfig,  # type: ignore[no-untyped-def]
+                   views: list[tuple[str, Batch]], sha: bytes, project: bytes, ttl: int,
+                   before: int) -> npt.NDArray[np.int64]:
+    """Write ``views`` (each with rows) under the newer-or-equal rule, chunk by chunk (see
+    the module's docstring); returns the entities written per view. ``before``: entities
+    this write already created (for the error messages)."""
+    n_views = len(views)
     pool = client.connection_pool
     entities = max(batch.n for _, batch in views)
-    chunks = _chunks(_plans(views, project.encode("utf8"), ttl))
+    chunks = _chunks(_plans(views, project, ttl))
     conns = [pool.get_connection() for _ in range(min(LANES, -(-entities // CHUNK)))]
     guard = b"featureflow:guard:" + uuid.uuid4().hex.encode()
     writers = [_ChunkWriter(_Replies(conn._sock), sha, n_views, 2 if ttl else 1, guard)
@@ -321,7 +360,7 @@ def write_views(
     except (RedisError, OSError) as exc:
         for conn in conns:
             conn.disconnect()
-        done = int(fast.sum() + sum(writer.written.sum() for writer in writers))
+        done = before + int(fast.sum() + sum(writer.written.sum() for writer in writers))
         msg = (f"Redis write to {redis_address(config.connection_string)} failed after {done} "
                "entities; every entity is either fully old or fully new. Retry the batch: "
                f"{exc}")
@@ -337,12 +376,219 @@ def write_views(
             pool.release(conn)
     if first_error is not None:
         msg = (f"Redis rejected part of the write to {redis_address(config.connection_string)} "
-               f"({int(written.sum())} entities written, each fully; the chunks with errors "
-               f"not): {first_error}")
+               f"({before + int(written.sum())} entities written, each fully; the chunks with "
+               f"errors not): {first_error}")
         raise OnlineStoreError(msg) from first_error
-    counts = iter(zip(written.tolist(), views, strict=True))
-    return [next((int(w), batch.n - int(w)) for w, (_, batch) in counts) if given_batch.n
-            else (0, 0) for _, given_batch in given]
+    return written
+
+
+RESTORE_NEW = True
+"""Whether a write creates the hashes of entities absent from Redis with ``RESTORE``
+(see :func:`_create_absent`) where the server passed :func:`restore_version`'s check."""
+
+SAMPLE = 128
+"""Keys a write asks ``EXISTS`` about before looking for absent entities at all: when
+every one of them exists (a stream's steady state), the write skips the search."""
+
+_versions: dict[str, bytes | None] = {}
+
+
+def restore_version(client, connection_string: str) -> bytes | None:  # type: ignore[no-untyped-def]
+    """The RDB version (2 bytes) of the server's ``DUMP`` payloads when it restores
+    :mod:`featureflow.online.redis_dump`'s payloads exactly as its own; ``None`` when it
+    does not (another hash encoding, e.g. Redis 6's ziplist; ``RESTORE`` or ``DUMP``
+    refused by ACLs or renamed away). Checked once per connection string and process:
+    a probe hash shaped like a view's (a ``_ts`` field, 4-byte field names, a double's
+    ``ValueProto``, an empty value) is made by ``HSET`` and, under another key, by
+    ``RESTORE``; both must ``DUMP`` to the same bytes. The probe keys are deleted."""
+    with _stores_lock:
+        if connection_string in _versions:
+            return _versions[connection_string]
+    probe = b"featureflow:probe:" + uuid.uuid4().hex.encode()
+    fields = [(b"_ts:probe", E.timestamp_protos(np.array([1_700_000_000_123_456])).to_pylist()[0]),
+              (_mmh3("probe:a"), b")" + np.float64(0.25).tobytes()), (_mmh3("probe:b"), b"")]
+    version: bytes | None = None
+    try:
+        client.hset(probe + b":hset", mapping=dict(fields))
+        dump = client.dump(probe + b":hset")
+        candidate = bytes(dump[-10:-8])
+        cells = [B.Packed(np.frombuffer(cell, np.uint8), np.array([0, len(cell)], np.int64))
+                 for pair in fields for cell in pair]
+        made = D.payloads(D.entry_parts(cells), np.array([len(cells)], np.int64), candidate)
+        client.restore(probe + b":restore", 0, made.to_pylist()[0])
+        if client.dump(probe + b":restore") == dump:
+            version = candidate
+    except (RedisError, IndexError):
+        version = None
+    finally:
+        with contextlib.suppress(RedisError):
+            client.delete(probe + b":hset", probe + b":restore")
+    with _stores_lock:
+        _versions[connection_string] = version
+    return version
+
+
+def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-untyped-def]
+                   views: list[tuple[str, Batch]], project: bytes, ttl: int, version: bytes,
+                   ) -> tuple[npt.NDArray[np.int64], list[tuple[str, Batch]]]:
+    """Create the hashes of the entities absent from Redis with ``RESTORE`` (no
+    ``REPLACE``); returns (entities created per view, each view's rows still to write).
+
+    ``RESTORE`` without ``REPLACE`` refuses a key that exists (``BUSYKEY``), so an entity
+    another writer created meanwhile is left to the checked path, like every entity that
+    existed, and no stored row is ever replaced here; each hash is created whole, with
+    its TTL. Steps: ``EXISTS`` of :data:`SAMPLE` keys spread over the write (all exist:
+    nothing to do); ``EXISTS`` of every key, pipelined; the payloads of the absent ones
+    (:mod:`~featureflow.online.redis_dump`; entities whose fields it cannot hold stay
+    for ``HSET``), ``PLAN_BLOCK`` at a time, each block built while the one before is on
+    the wire."""
+    n_views = len(views)
+    created = np.zeros(n_views, dtype=np.int64)
+    union, rows = _union(views)
+    n = union.n
+    spread = np.unique(np.linspace(0, n - 1, min(SAMPLE, n)).astype(np.int64))
+    sample = [key + project for key in B.take(union, spread).to_pylist()]
+    try:
+        if client.exists(*sample) == len(sample):
+            return created, views
+    except RedisError as exc:
+        msg = f"Redis at {redis_address(config.connection_string)} failed EXISTS: {exc}"
+        raise OnlineStoreError(msg) from exc
+    fields = [[f"_ts:{name}".encode(), *(_mmh3(f"{name}:{feature}") for feature in batch.features)]
+              for name, batch in views]
+    names = [name for view_fields in fields for name in view_fields]
+    if len(set(names)) < len(names):  # two views' field hashes collide: HSET's way only
+        return created, views
+    keys = B.concat(_bulk([union, B.const(project, n)]))
+    ttl_arg = _resp_args([b"%d" % (ttl * 1000)])
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    replies = _Replies(conn._sock)
+    done = np.zeros(n, dtype=bool)
+    try:
+        replies.send([_span(B.concat([B.const(b"*2\r\n" + _resp_args([b"EXISTS"]), n), keys]))])
+        exists = replies.uniform(n, 4, b":")
+        absent = (exists[:, 1] == ord("0") if isinstance(exists, np.ndarray)
+                  else np.array([reply == 0 for reply in exists], dtype=bool))
+        blocks = [np.flatnonzero(absent[lo : lo + PLAN_BLOCK]) + lo
+                  for lo in range(0, n, PLAN_BLOCK)]
+        sent: list[npt.NDArray[np.int64]] = []
+        for block in [*(b for b in blocks if len(b)), None]:  # None: read the last replies
+            if block is not None:
+                positions, payloads = _payloads(views, fields, rows[block], version)
+                chosen = block[positions]
+                if len(chosen):
+                    replies.send([_span(B.concat([
+                        B.const(b"*4\r\n" + _resp_args([b"RESTORE"]), len(chosen)),
+                        B.take(keys, chosen), B.const(ttl_arg, len(chosen)),
+                        *_bulk([payloads])]))])
+                sent.append(chosen)
+            if len(sent) > (block is not None):
+                previous = sent.pop(0)
+                restored = replies.uniform(len(previous), 5, b"+")  # +OK
+                done[previous] = (True if isinstance(restored, np.ndarray)
+                                  else [_restored(reply, config) for reply in restored])
+    except (RedisError, OSError) as exc:
+        conn.disconnect()
+        msg = (f"Redis write to {redis_address(config.connection_string)} failed after "
+               f"{int(done.sum())} entities; every entity is either fully old or fully new. "
+               f"Retry the batch: {exc}")
+        raise OnlineStoreError(msg) from exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+    remaining = []
+    for v, (name, batch) in enumerate(views):
+        mine = rows[done, v]
+        mine = mine[mine >= 0]
+        created[v] = len(mine)
+        keep = np.ones(batch.n, dtype=bool)
+        keep[mine] = False
+        remaining.append((name, batch if keep.all() else reorder(batch, np.flatnonzero(keep))))
+    return created, remaining
+
+
+def _restored(reply: object, config: RedisOnlineStoreConfig) -> bool:
+    """Whether a ``RESTORE`` reply says the hash was created. ``BUSYKEY`` (another writer
+    created it first) is expected; any other refusal is logged once per server, and the
+    entity is left to the checked path all the same."""
+    if not isinstance(reply, ResponseError):
+        return True
+    if not str(reply).startswith("BUSYKEY"):
+        address = redis_address(config.connection_string)
+        if address not in _refusals:
+            _refusals.add(address)
+            _log.warning("Redis at %s refused a RESTORE of a new entity's hash (%s); such "
+                         "entities are written with HSET instead", address, reply)
+    return False
+
+
+_refusals: set[str] = set()
+_log = logging.getLogger(__name__)
+
+
+def _union(views: list[tuple[str, Batch]]) -> tuple[B.Packed, npt.NDArray[np.int64]]:
+    """The entities of all views (entity keys without the project), in order of first
+    appearance (view 0's first), and per entity and view the view's row for it (-1:
+    none). One view: its rows as they are."""
+    if len(views) == 1:
+        batch = views[0][1]
+        return batch.keys, np.arange(batch.n, dtype=np.int64)[:, None]
+    all_keys = pa.chunked_array(
+        [_as_binary(batch.keys) for _, batch in views], pa.large_binary()).combine_chunks()
+    encoded = pc.dictionary_encode(all_keys)
+    codes = encoded.indices.to_numpy()
+    union = _packed_of(encoded.dictionary)
+    rows = np.full((union.n, len(views)), -1, dtype=np.int64)
+    at = 0
+    for v, (_, batch) in enumerate(views):
+        rows[codes[at : at + batch.n], v] = np.arange(batch.n)
+        at += batch.n
+    return union, rows
+
+
+def _payloads(views: list[tuple[str, Batch]], fields: list[list[bytes]],
+              rows: npt.NDArray[np.int64], version: bytes
+              ) -> tuple[npt.NDArray[np.int64], B.Packed]:
+    """``RESTORE`` payloads of the entities whose rows per view are ``rows`` (-1: none):
+    (the positions in ``rows`` of the entities written so, in payload order; their
+    payloads). Entities are taken in groups of one shape (the views they have, the
+    length of each view's Timestamp bytes), so every part of a group's payloads has
+    one width and rows are stacked, not joined."""
+    present = rows >= 0
+    shape = np.concatenate([present, np.stack([
+        E.timestamp_protos(batch.event_micros[np.maximum(rows[:, v], 0)]).lengths()
+        for v, (_, batch) in enumerate(views)], axis=1)], axis=1)
+    order = np.lexsort(shape.T[::-1])
+    shape = shape[order]
+    bounds = [0, *(np.flatnonzero((np.diff(shape, axis=0) != 0).any(axis=1)) + 1).tolist(),
+              len(order)]
+    parts = [reorder(batch, rows[order[present[order, v]], v]) for v, (_, batch)
+             in enumerate(views)]
+    taken = [0] * len(views)
+    chosen: list[npt.NDArray[np.int64]] = []
+    made: list[B.Packed] = []
+    for lo, hi in itertools.pairwise(bounds):
+        cells: list[B.Cells | B.Packed] = []
+        for v, part in enumerate(parts):
+            if not shape[lo, v]:
+                continue
+            group = part.rows(taken[v], taken[v] + hi - lo)
+            taken[v] += hi - lo
+            cells += [B.const(fields[v][0], hi - lo), E.timestamp_protos(group.event_micros)]
+            for name, hash_field in zip(group.features, fields[v][1:], strict=True):
+                cells += [B.const(hash_field, hi - lo), B.concat(group.encoded_parts(name))]
+        ok = D.eligible(cells)
+        if len(cells) > 2 * D.MAX_FIELDS or not ok.any():
+            continue
+        payloads = D.payloads(D.entry_parts(cells), np.full(hi - lo, len(cells)), version)
+        chosen.append(order[lo:hi][ok])
+        made.append(payloads if ok.all() else B.take(payloads, np.flatnonzero(ok)))
+    if not made:
+        return np.zeros(0, dtype=np.int64), B.Packed(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+    return np.concatenate(chosen), _join(made)
 
 
 def _by_timestamp_length(batch: Batch) -> Batch:
@@ -445,24 +691,16 @@ class _Plan:
                    for lo, hi in _groups(batch)])
             for batch, ts_field, f in zip(batches, ts_fields, fields, strict=True)
         ]
-        # The union of the entities, in order of first appearance (view 0's first).
-        all_keys = pa.chunked_array(
-            [_as_binary(batch.keys) for batch in batches], pa.large_binary()
-        ).combine_chunks()
-        encoded = pc.dictionary_encode(all_keys)
-        codes = encoded.indices.to_numpy()
-        union = _packed_of(encoded.dictionary)
+        union, rows = _union([(name, batch) for (name, _), batch
+                              in zip(views, batches, strict=True)])
         n = union.n
-        rows = np.full((n, len(views)), -1, dtype=np.int64)
         seconds = np.zeros((n, len(views)), dtype=np.int64)
         nanos = np.zeros((n, len(views)), dtype=np.int64)
-        at = 0
         for v, batch in enumerate(batches):
-            mine = codes[at : at + batch.n]
-            at += batch.n
-            rows[mine, v] = np.arange(batch.n)
-            seconds[mine, v] = batch.event_micros // 1_000_000
-            nanos[mine, v] = (batch.event_micros % 1_000_000) * 1_000
+            mine = np.flatnonzero(rows[:, v] >= 0)
+            micros = batch.event_micros[rows[mine, v]]
+            seconds[mine, v] = micros // 1_000_000
+            nanos[mine, v] = (micros % 1_000_000) * 1_000
         keys = B.concat(_bulk([union, B.const(project, n)]))
         pairs = [1 + len(f) for f in fields]
         plan = cls(keys, keys, ts_fields, pairs, segments, rows,
@@ -591,6 +829,30 @@ class _Replies:
             self._reader.feed(data)
             reply = self._reader.gets()
         return reply
+
+    def uniform(self, count: int, width: int, kind: bytes) -> npt.NDArray[np.uint8] | list[object]:
+        """The next ``count`` replies. When they are all ``width`` bytes of type ``kind``
+        (``b":"``, ``b"+"``), they come straight from the socket as a ``(count, width)``
+        byte matrix (no Python per reply); otherwise (an error among them) hiredis parses
+        them and they come as a list, the stream in step either way. Replies are aligned:
+        the first one unlike the others starts a row, so its type byte shows it."""
+        if self._reader.has_data() or not count:
+            return [self.next() for _ in range(count)]
+        block = bytearray(count * width)
+        view = memoryview(block)
+        got = 0
+        while got < len(block):
+            size = self._sock.recv_into(view[got:])
+            if not size:
+                msg = "Redis closed the connection"
+                raise ConnectionError(msg)
+            got += size
+        matrix = np.frombuffer(block, dtype=np.uint8).reshape(count, width)
+        if ((matrix[:, 0] == kind[0]) & (matrix[:, -2] == ord("\r"))
+                & (matrix[:, -1] == ord("\n"))).all():
+            return matrix
+        self._reader.feed(bytes(block))
+        return [self.next() for _ in range(count)]
 
     def skip(self, count: int) -> ResponseError | None:
         """Read ``count`` replies; the first error among them, if any."""

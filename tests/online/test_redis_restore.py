@@ -1,0 +1,207 @@
+"""New entities' hashes created whole by RESTORE, against a real redis-server.
+
+The payloads are checked byte for byte against the server's own: a hash made by
+``HSET`` and the same hash restored from featureflow's payload must ``DUMP`` alike.
+The writer's choices are checked through the server's command statistics.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import redis
+from feast import FeatureStore
+from feast.infra.online_stores.redis import RedisOnlineStoreConfig
+from feast.types import Float32, Float64, Int64, String
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from online_helpers import VIEW, make_store, read, redis_client, redis_store
+
+import featureflow.online.redis as redis_writer
+from featureflow.online import _bytes as B
+from featureflow.online import redis_dump as D
+from featureflow.online import write
+
+FEATURES = {"amount": Float64, "count": Int64}
+
+
+def _table(ids: list[int], second: int, amount: float) -> pa.Table:
+    n = len(ids)
+    return pa.table({
+        "uid": pa.array(ids, pa.int64()),
+        "ts": pa.array([second * 1_000_000] * n, pa.timestamp("us", "UTC")),
+        "amount": pa.array([amount + i for i in ids]),
+        "count": pa.array([second] * n, pa.int64()),
+    })
+
+
+def _calls(store: FeatureStore) -> Callable[[str], int]:
+    """Calls of each command since now (the server's INFO commandstats), after the
+    writer's one-time probe of the store's server."""
+    client = redis_client(store)
+    redis_writer.restore_version(client, store.config.online_store.connection_string)
+    def stats() -> dict[str, int]:
+        return {name.removeprefix("cmdstat_"): int(value["calls"])
+                for name, value in client.info("commandstats").items()}
+    before = stats()
+
+    def since(command: str) -> int:
+        return stats().get(command, 0) - before.get(command, 0)
+    return since
+
+
+def _packed(cells: list[bytes]) -> list[B.Packed]:
+    return [B.Packed(np.frombuffer(cell, dtype=np.uint8), np.array([0, len(cell)], np.int64))
+            for cell in cells]
+
+
+def test_crc64_is_redis_check_value() -> None:
+    assert int(D.crc64(_packed([b"123456789"])[0])[0]) == 0xE9C6D914C4B8D9CA
+
+
+_CELL = st.one_of(st.binary(max_size=12), st.binary(max_size=70),
+                  st.from_regex(rb"\A-?[0-9]{1,22}\Z"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_CELL, _CELL, min_size=1, max_size=40))
+def test_payloads_restore_exactly_as_hset_makes_them(redis_url: str,
+                                                     fields: dict[bytes, bytes]) -> None:
+    """Every hash the payloads hold (eligible) RESTOREs to what HSET makes, byte for byte;
+    a hash of short strings that are not integers is always eligible."""
+    host, port = redis_url.split(":")
+    client = redis.Redis(host=host, port=int(port), db=15)
+    client.delete("made", "restored")
+    client.hset("made", mapping=fields)  # type: ignore[arg-type]
+    dump = client.dump("made")
+    assert isinstance(dump, bytes)
+    cells = _packed([cell for pair in fields.items() for cell in pair])
+    ok = bool(D.eligible(cells)[0])
+    plain = all(len(c) <= D.MAX_STRING and not re.fullmatch(rb"-?[0-9]+", c)
+                for pair in fields.items() for c in pair)
+    assert ok or not plain
+    if ok:
+        payload = D.payloads(D.entry_parts(cells), np.array([len(cells)]), dump[-10:-8])
+        client.restore("restored", 0, payload.to_pylist()[0])
+        assert client.dump("restored") == dump
+
+
+def test_new_entities_are_restored_and_read_by_feast(tmp_path: Path, redis_url: str) -> None:
+    """A first write creates every hash by RESTORE (no HSET), with the view's TTL; Feast
+    reads them; the next write (all exist) asks EXISTS once, of a sample, and updates."""
+    db = 14
+    host, port = redis_url.split(":")
+    redis.Redis(host=host, port=int(port), db=db).flushdb()
+    config = RedisOnlineStoreConfig(connection_string=f"{redis_url},db={db}",
+                                    key_ttl_seconds=3600)
+    store = make_store(tmp_path, config, features=FEATURES)
+    client = redis_client(store)
+    ids = list(range(0, 3 * redis_writer.PLAN_BLOCK // 2, 3))
+    calls = _calls(store)
+    stats = write(store, VIEW, _table(ids, 1_000, 0.5))
+    assert (stats.written, stats.skipped) == (len(ids), 0)
+    assert calls("restore") == len(ids)
+    assert calls("hset") == 0
+    assert read(store, ids[:50], ["amount", "count"]) == {
+        "uid": ids[:50], "amount": [0.5 + i for i in ids[:50]], "count": [1_000] * 50}
+    ttls = [client.ttl(key) for key in list(client.scan_iter(count=1_000))[:20]]
+    assert all(3_500 < ttl <= 3_600 for ttl in ttls)
+
+    calls = _calls(store)
+    stats = write(store, VIEW, _table(ids, 2_000, 7.0))
+    assert (stats.written, stats.skipped) == (len(ids), 0)
+    assert calls("exists") == 1  # the sample; no key-by-key search
+    assert calls("restore") == 0
+    assert read(store, ids[-3:], ["amount"])["amount"] == [7.0 + i for i in ids[-3:]]
+
+
+def test_mixed_batch_restores_only_absent_entities(tmp_path: Path, redis_url: str) -> None:
+    """Existing entities keep the newer-or-equal rule; only absent ones are restored."""
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    write(store, VIEW, _table(list(range(0, 200, 2)), 5_000, 1.0))  # even ids exist
+    write(store, VIEW, _table([1], 9_000, 1.0))  # id 1 exists, newer than what follows
+    calls = _calls(store)
+    stats = write(store, VIEW, _table(list(range(200)), 6_000, 2.0))
+    assert (stats.written, stats.skipped) == (199, 1)
+    assert calls("restore") == 99  # the odd ids but 1
+    got = read(store, list(range(200)), ["amount", "count"])
+    assert got["amount"] == [1.0 + 1 if i == 1 else 2.0 + i for i in range(200)]
+    assert got["count"] == [9_000 if i == 1 else 6_000 for i in range(200)]
+
+
+@pytest.mark.parametrize(("racing_second", "kept"), [(9_000, 9.0), (1_000, 5.0)])
+def test_entity_created_between_exists_and_restore(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, racing_second: int,
+    kept: float,
+) -> None:
+    """Another writer creates entity 1 after our EXISTS: RESTORE refuses it (BUSYKEY)
+    and the checked path decides: a newer racing row survives, an older one is replaced."""
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    real = redis_writer._payloads
+
+    def race_then_build(*args: Any) -> Any:
+        monkeypatch.setattr(redis_writer, "_payloads", real)  # the racing write: no race
+        write(store, VIEW, pa.table({
+            "uid": pa.array([1], pa.int64()),
+            "ts": pa.array([racing_second * 1_000_000], pa.timestamp("us", "UTC")),
+            "amount": pa.array([9.0]), "count": pa.array([racing_second], pa.int64())}))
+        return real(*args)
+
+    monkeypatch.setattr(redis_writer, "_payloads", race_then_build)
+    stats = write(store, VIEW, pa.table({
+        "uid": pa.array([0, 1, 2], pa.int64()),
+        "ts": pa.array([5_000_000_000] * 3, pa.timestamp("us", "UTC")),
+        "amount": pa.array([5.0] * 3), "count": pa.array([5_000] * 3, pa.int64())}))
+    assert read(store, [0, 1, 2], ["amount"])["amount"] == [5.0, kept, 5.0]
+    assert (stats.written, stats.skipped) == ((2, 1) if kept == 9.0 else (3, 0))
+
+
+def test_values_the_payload_cannot_hold_go_by_hset(tmp_path: Path, redis_url: str) -> None:
+    """A value past 63 bytes, or one that reads as a decimal integer, sends its entity
+    the HSET way (the server would encode that hash differently); the others are
+    restored. ``ValueProto(float_val=x)`` is ``b"5"`` and x's 4 bytes: all digits for
+    the float whose bytes are ``b"1234"``."""
+    digits = float(np.frombuffer(b"1234", dtype="<f4")[0])
+    store = redis_store(tmp_path, redis_url, features={"name": String, "ratio": Float32})
+    names, ratios = ["plain", "x" * 100, "12345", ""], [0.5, 0.5, digits, 0.25]
+    calls = _calls(store)
+    table = pa.table({"uid": pa.array(range(4), pa.int64()),
+                      "ts": pa.array([10**12] * 4, pa.timestamp("us", "UTC")),
+                      "name": pa.array(names), "ratio": pa.array(ratios, pa.float32())})
+    assert [bool(D.integer_like(cell)[0]) for cell in _packed(
+        [b"5" + b"1234", b"\x12\x0512345", b"-0", b"0", b"5-1"])] == [True, False, True, True,
+                                                                      False]
+    assert write(store, VIEW, table).written == 4
+    assert calls("hset") == 2  # the long name, the digits
+    assert calls("restore") == 2
+    got = read(store, list(range(4)), ["name", "ratio"])
+    assert got["name"] == names
+    assert got["ratio"] == pytest.approx(ratios)
+
+
+def test_server_that_restores_differently_is_never_sent_payloads(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe catches a payload the server refuses (here: an unknown type byte), so
+    every write goes by HSET; nothing is lost."""
+    monkeypatch.setattr(redis_writer, "_versions", {})
+    monkeypatch.setattr(D, "RDB_TYPE_HASH_LISTPACK", 99)
+    store: FeatureStore = redis_store(tmp_path, redis_url, features=FEATURES)
+    client = redis_client(store)
+    stats = client.info("commandstats")
+    before = {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+              for name in ("restore", "hset")}
+    assert write(store, VIEW, _table(list(range(10)), 1_000, 0.5)).written == 10
+    stats = client.info("commandstats")
+    after = {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) - before[name]
+             for name in ("restore", "hset")}
+    assert after == {"restore": 1, "hset": 11}  # the probe's; the probe's and the entities'
+    assert read(store, [3], ["amount"])["amount"] == [3.5]
+    assert redis_writer.restore_version(redis_client(store), store.config.online_store
+                                        .connection_string) is None
