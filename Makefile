@@ -96,6 +96,7 @@ bench: setup
 	$(BIN)/python bench/online_write.py
 	$(BIN)/python bench/backfill.py
 	$(BIN)/python bench/stream_flat.py
+	$(BIN)/python bench/stream_flat_topic.py
 	$(BIN)/python bench/parse.py
 	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER) \
 	  --fresh-rates $(STREAM_FRESH_RATES)
