@@ -73,8 +73,9 @@ def topic_batch(specs: list[StreamViewSpec], stores: dict[str, StateStore], repo
     phases: dict[str, float] = {}
     views: dict[str, dict[str, float]] = {}
     for _, task, stats in done:
-        views[task.spec.name] = dict(zip(EXECUTOR_PHASES, stats["seconds"], strict=True))  # type: ignore[call-overload]
-        for phase, seconds in zip(EXECUTOR_PHASES, stats["seconds"], strict=True):  # type: ignore[call-overload]
+        seconds_of: list[float] = stats["seconds"]  # type: ignore[assignment,unused-ignore]
+        views[task.spec.name] = dict(zip(EXECUTOR_PHASES, seconds_of, strict=True))
+        for phase, seconds in zip(EXECUTOR_PHASES, seconds_of, strict=True):
             if phase == "online_write":
                 phases[phase] = seconds
             else:
