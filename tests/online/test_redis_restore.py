@@ -205,3 +205,26 @@ def test_server_that_restores_differently_is_never_sent_payloads(
     assert read(store, [3], ["amount"])["amount"] == [3.5]
     assert redis_writer.restore_version(redis_client(store), store.config.online_store
                                         .connection_string) is None
+
+
+def test_refused_payloads_fall_back_to_hset_and_the_server_is_probed_again(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A server that passed the probe but refuses a write's payloads (as one replaced by
+    an older Redis would): every entity still lands, by HSET, with one warning, and the
+    next write checks the server again instead of trusting the old answer."""
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    calls = _calls(store)  # probed: payloads accepted
+    connection_string = store.config.online_store.connection_string
+    assert redis_writer._versions[connection_string] is not None
+    monkeypatch.setattr(D, "RDB_TYPE_HASH_LISTPACK", 99)  # now every RESTORE is refused
+    monkeypatch.setattr(redis_writer, "_refusals", set())  # warned once per server
+    with caplog.at_level("WARNING", logger="featureflow.online.redis"):
+        stats = write(store, VIEW, _table(list(range(20)), 1_000, 0.5))
+    assert (stats.written, stats.skipped) == (20, 0)
+    assert calls("restore") == 20
+    assert calls("hset") == 20
+    assert "refused a RESTORE" in caplog.text
+    assert connection_string not in redis_writer._versions
+    assert read(store, list(range(20)), ["amount"])["amount"] == [0.5 + i for i in range(20)]

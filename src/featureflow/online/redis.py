@@ -400,7 +400,9 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
     refused by ACLs or renamed away). Checked once per connection string and process:
     a probe hash shaped like a view's (a ``_ts`` field, 4-byte field names, a double's
     ``ValueProto``, an empty value) is made by ``HSET`` and, under another key, by
-    ``RESTORE``; both must ``DUMP`` to the same bytes. The probe keys are deleted."""
+    ``RESTORE``; both must ``DUMP`` to the same bytes. The probe keys are deleted. A
+    lost connection during the probe answers ``None`` for this write only; a refusal
+    of a later payload (:func:`_restored`) makes the next write probe again."""
     with _stores_lock:
         if connection_string in _versions:
             return _versions[connection_string]
@@ -408,6 +410,7 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
     fields = [(b"_ts:probe", E.timestamp_protos(np.array([1_700_000_000_123_456])).to_pylist()[0]),
               (_mmh3("probe:a"), b")" + np.float64(0.25).tobytes()), (_mmh3("probe:b"), b"")]
     version: bytes | None = None
+    answered = True  # a refusal or a mismatch is kept; a lost connection is asked again
     try:
         client.hset(probe + b":hset", mapping=dict(fields))
         dump = client.dump(probe + b":hset")
@@ -418,13 +421,16 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
         client.restore(probe + b":restore", 0, made.to_pylist()[0])
         if client.dump(probe + b":restore") == dump:
             version = candidate
-    except (RedisError, IndexError):
+    except (ResponseError, IndexError):
         version = None
+    except RedisError:
+        version, answered = None, False
     finally:
         with contextlib.suppress(RedisError):
             client.delete(probe + b":hset", probe + b":restore")
-    with _stores_lock:
-        _versions[connection_string] = version
+    if answered:
+        with _stores_lock:
+            _versions[connection_string] = version
     return version
 
 
@@ -517,6 +523,8 @@ def _restored(reply: object, config: RedisOnlineStoreConfig) -> bool:
     if not isinstance(reply, ResponseError):
         return True
     if not str(reply).startswith("BUSYKEY"):
+        with _stores_lock:  # e.g. a server replaced by an older one: the next write asks again
+            _versions.pop(config.connection_string, None)
         address = redis_address(config.connection_string)
         if address not in _refusals:
             _refusals.add(address)
