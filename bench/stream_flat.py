@@ -265,14 +265,19 @@ def markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+def scale_arguments(parser: argparse.ArgumentParser, batches: int) -> None:
+    """The flat-cost benches' common options: the state's and the batches' sizes, a label."""
     parser.add_argument("--state-events", type=int, default=10_000_000)
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--batch", type=int, default=200_000)
-    parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--online", action="store_true", help="also write the SQLite online store")
+    parser.add_argument("--batches", type=int, default=batches)
     parser.add_argument("--label", default="", help="what the run measures (kept in the notes)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    scale_arguments(parser, batches=3)
+    parser.add_argument("--online", action="store_true", help="also write the SQLite online store")
     args = parser.parse_args()
     if not args.online:  # the online write depends on the touched entities, not on the state
         online_sink.write_online = lambda store, rows: None

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 from stream import private_repo  # noqa: E402
-from stream_flat import RESULTS, build_state  # noqa: E402
+from stream_flat import RESULTS, build_state, scale_arguments  # noqa: E402
 
 from featureflow.events import sample  # noqa: E402
 from featureflow.infra.redis_server import RedisServer  # noqa: E402
@@ -88,11 +88,7 @@ def topic_batch(specs: list[StreamViewSpec], stores: dict[str, StateStore], repo
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--state-events", type=int, default=10_000_000)
-    parser.add_argument("--users", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=200_000)
-    parser.add_argument("--batches", type=int, default=8)
-    parser.add_argument("--label", default="")
+    scale_arguments(parser, batches=8)
     args = parser.parse_args()
     load = [round(x, 2) for x in os.getloadavg()]
     full: list[dict[str, Any]] = []
