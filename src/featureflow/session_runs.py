@@ -32,7 +32,7 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 
-from featureflow import ops
+from featureflow import ops, state_runs
 from featureflow.columns import EVENT_NS
 from featureflow.ops import KeyedRows
 
@@ -155,5 +155,4 @@ def compact(
     found = read_back([(k, t, []) for k, t, _ in columns], keys, bounds)
     if found.rows is None or not len(found.rows):
         return []
-    whole = pa.concat_tables(runs) if len(runs) > 1 else runs[0]
-    return [whole.take(pa.array(found.rows)).combine_chunks()]
+    return [state_runs.take_rows(runs, found.rows)]
