@@ -273,7 +273,7 @@ def rolling_at_resuming(
         return plan.nq
 
     _nonfinite.aggregate_values(values, names, columns, kernel)
-    table = plan.in_query_order(_tables.table(columns, len(qts)))
+    table = plan.in_query_order(columns)
     if frames_out is None or kept != [True]:
         return table, None
     return table, _query.FrameStates(plan.group_keys.copy(), frames_out, signature)

@@ -28,6 +28,7 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 
+from featureflow.ops import _tables
 from featureflow.ops._reference import Sorted, _write, frame_aggregates
 from featureflow.ops._tables import OutputColumn
 
@@ -167,14 +168,27 @@ class Plan:
     def nq(self) -> int:
         return len(self.qts)
 
-    def in_query_order(self, table: pa.Table) -> pa.Table:
-        """Rows computed in sorted query order (``qout`` = 0, 1, ...) back in the
-        caller's query order."""
+    def in_query_order(self, columns: list[OutputColumn]) -> pa.Table:
+        """The result ``columns``, computed in sorted query order (``qout`` = 0, 1,
+        ...), as a table in the caller's query order.
+
+        Gathers one column at a time and takes each from ``columns`` (the list is
+        left empty): a column's sorted buffers are freed once it is gathered, so the
+        results are held about once, not twice (the offline history of a large
+        micro-batch is the biggest table a task makes)."""
         if len(self.order) < 2 or bool(np.all(self.order[1:] > self.order[:-1])):
-            return table
+            return _tables.table(columns, self.nq)
         inverse = np.empty_like(self.order)
         inverse[self.order] = np.arange(len(self.order))
-        return table.take(pa.array(inverse))
+        indices = pa.array(inverse)
+        names, arrays = [], []
+        columns.reverse()
+        while columns:
+            column = columns.pop()
+            names.append(column.name)
+            arrays.append(column.array(self.nq).take(indices))
+            del column
+        return pa.Table.from_arrays(arrays, names=names)
 
 
 def plan(
