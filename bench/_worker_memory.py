@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+SHUTDOWN_S = 1.0
+"""The job's last seconds, when its workers exit: not sampled for the kept growth."""
+
 
 def _children(pid: int) -> list[int]:
     found = []
@@ -128,9 +131,10 @@ class WorkerMemory(threading.Thread):
         only forks workers, stays under the baseline and adds nothing.
 
         ``kept_growth_mib`` is what the workers keep between tasks at the run's end:
-        per worker alive then, its lowest RSS in the run's last tenth (a worker
-        between tasks holds its state; a batch's transient columns are gone) above
-        the baseline, summed. ``growth_mib`` adds a batch's transient peak to it."""
+        per worker alive then, its lowest RSS in the run's last tenth before the
+        job's shutdown (:data:`SHUTDOWN_S`; a worker between tasks holds its state,
+        a batch's transient columns are gone) above the baseline, summed.
+        ``growth_mib`` adds a batch's transient peak to it."""
         busy = [size for _, size in self.samples if size > 0]
         if not busy:
             return {"samples": 0}
@@ -155,9 +159,12 @@ class WorkerMemory(threading.Thread):
     def _kept_growth_bytes(self) -> int:
         start, end = self.samples[0][0], self.samples[-1][0]
         last_tenth = end - (end - start) / 10
+        # the job's last second is its shutdown: a worker that is exiting frees its
+        # state, and a sample then would read as a worker between tasks holding less
+        running_until = end - SHUTDOWN_S
         kept = 0
         for series in self.by_worker.values():
-            late = [size for at, size in series if at >= last_tenth]
+            late = [size for at, size in series if last_tenth <= at <= running_until]
             if late:
                 kept += max(0, min(late) - self.baseline_bytes)
         return kept
