@@ -8,7 +8,8 @@ The writer's choices are checked through the server's command statistics.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -185,46 +186,128 @@ def test_values_the_payload_cannot_hold_go_by_hset(tmp_path: Path, redis_url: st
     assert got["ratio"] == pytest.approx(ratios)
 
 
-def test_server_that_restores_differently_is_never_sent_payloads(
-    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+@pytest.fixture
+def acl_store(tmp_path: Path, redis_url: str) -> Iterator[Callable[[str], _AclStore]]:
+    """Stores whose connection string logs in as a Redis ACL user of its own, with the
+    given rules on top of every command, key and channel (``-restore``: no RESTORE). The
+    user's name is unique, so is the connection string: the writer's answers per
+    connection string (:func:`redis_writer.restore_version`) start fresh. Each store's
+    database is flushed first; the users are deleted afterwards."""
+    host, port = redis_url.split(":")
+    admin = redis.Redis(host=host, port=int(port))
+    users: list[str] = []
+
+    def make(rules: str) -> _AclStore:
+        user, password = f"ff-restore-{uuid.uuid4().hex}", f"pw-{uuid.uuid4().hex}"
+        admin.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*",
+                              "+@all", *rules.split())
+        users.append(user)
+        db = 13
+        redis.Redis(host=host, port=int(port), db=db).flushdb()
+        config = RedisOnlineStoreConfig(
+            connection_string=f"{redis_url},db={db},username={user},password={password}")
+        store = make_store(tmp_path / user, config, features=FEATURES)
+        return _AclStore(store, user, admin)
+
+    yield make
+    if users:
+        admin.execute_command("ACL", "DELUSER", *users)
+
+
+class _AclStore:
+    """A store, its ACL user, and the server's counters as seen by the default user."""
+
+    def __init__(self, store: FeatureStore, user: str, admin: redis.Redis) -> None:
+        self.store, self.user, self.admin = store, user, admin
+
+    def counts(self) -> dict[str, int]:
+        """Per command ``<name>`` (calls run) and ``<name>:rejected`` (refused before
+        running, e.g. by ACLs); per error kind ``error:<KIND>`` (replies of that error)."""
+        out: dict[str, int] = {}
+        for name, value in self.admin.info("commandstats").items():
+            command = name.removeprefix("cmdstat_")
+            out[command] = int(value["calls"])
+            out[f"{command}:rejected"] = int(value.get("rejected_calls", 0))
+        for name, value in self.admin.info("errorstats").items():
+            out[f"error:{name.removeprefix('errorstat_')}"] = int(value["count"])
+        return out
+
+    def since(self) -> Callable[[str], int]:
+        """The change of each of :meth:`counts` from now."""
+        before = self.counts()
+        return lambda key: self.counts().get(key, 0) - before.get(key, 0)
+
+
+@pytest.mark.parametrize("denied", ["-restore", "-dump", "-restore -dump"])
+def test_user_without_restore_or_dump_is_never_sent_payloads(
+    acl_store: Callable[[str], _AclStore], denied: str,
 ) -> None:
-    """The probe catches a payload the server refuses (here: an unknown type byte), so
-    every write goes by HSET; nothing is lost."""
-    monkeypatch.setattr(redis_writer, "_versions", {})
-    monkeypatch.setattr(D, "RDB_TYPE_HASH_LISTPACK", 99)
-    store: FeatureStore = redis_store(tmp_path, redis_url, features=FEATURES)
-    client = redis_client(store)
-    stats = client.info("commandstats")
-    before = {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
-              for name in ("restore", "hset")}
+    """A Redis user that may not run RESTORE or DUMP (docs/production.md: both optional)
+    fails the writer's probe, so every entity goes by HSET, nothing is lost, and no
+    payload is ever sent: the server refuses exactly one command (the probe's), and the
+    next write does not probe again."""
+    acl = acl_store(denied)
+    store = acl.store
+    probe_restores = 0 if "-dump" in denied else 1  # the probe DUMPs before it RESTOREs
+    since = acl.since()
     assert write(store, VIEW, _table(list(range(10)), 1_000, 0.5)).written == 10
-    stats = client.info("commandstats")
-    after = {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) - before[name]
-             for name in ("restore", "hset")}
-    assert after == {"restore": 1, "hset": 11}  # the probe's; the probe's and the entities'
-    assert read(store, [3], ["amount"])["amount"] == [3.5]
-    assert redis_writer.restore_version(redis_client(store), store.config.online_store
-                                        .connection_string) is None
+    assert since("restore") == 0
+    assert since("restore:rejected") == probe_restores
+    assert since("dump") == (1 if probe_restores else 0)
+    assert since("dump:rejected") == 1 - probe_restores
+    assert since("error:NOPERM") == 1  # the probe's refusal, nothing else
+    assert since("hset") == 11  # the probe's and the entities'
+    assert read(store, list(range(10)), ["amount", "count"]) == {
+        "uid": list(range(10)), "amount": [0.5 + i for i in range(10)], "count": [1_000] * 10}
+
+    since = acl.since()  # the server's answer is kept: no probe, no RESTORE
+    assert write(store, VIEW, _table(list(range(10, 20)), 2_000, 3.0)).written == 10
+    assert since("restore") == since("restore:rejected") == since("dump:rejected") == 0
+    assert since("error:NOPERM") == 0
+    assert since("hset") == 10
+    assert read(store, list(range(10, 20)), ["amount"])["amount"] == [
+        3.0 + i for i in range(10, 20)]
 
 
 def test_refused_payloads_fall_back_to_hset_and_the_server_is_probed_again(
-    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    acl_store: Callable[[str], _AclStore], monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A server that passed the probe but refuses a write's payloads (as one replaced by
-    an older Redis would): every entity still lands, by HSET, with one warning, and the
-    next write checks the server again instead of trusting the old answer."""
-    store = redis_store(tmp_path, redis_url, features=FEATURES)
-    calls = _calls(store)  # probed: payloads accepted
-    connection_string = store.config.online_store.connection_string
-    assert redis_writer._versions[connection_string] is not None
-    monkeypatch.setattr(D, "RDB_TYPE_HASH_LISTPACK", 99)  # now every RESTORE is refused
-    monkeypatch.setattr(redis_writer, "_refusals", set())  # warned once per server
+    """A user whose RESTORE right is revoked after the probe passed (as a server replaced
+    by an older Redis would refuse the payloads): every entity still lands, by HSET, with
+    one warning, and the next write probes the server again instead of trusting the old
+    answer."""
+    # warned once per server address, for the whole process: start this test with none
+    monkeypatch.setattr(redis_writer, "_refusals", set())
+    acl = acl_store("")
+    store = acl.store
+    since = acl.since()  # the probe passes: new entities are restored
+    assert write(store, VIEW, _table(list(range(100, 110)), 1_000, 0.5)).written == 10
+    assert since("restore") == 1 + 10  # the probe's and the entities'
+    assert since("hset") == 1  # the probe's
+
+    acl.admin.execute_command("ACL", "SETUSER", acl.user, "-restore")
+    since = acl.since()
     with caplog.at_level("WARNING", logger="featureflow.online.redis"):
         stats = write(store, VIEW, _table(list(range(20)), 1_000, 0.5))
     assert (stats.written, stats.skipped) == (20, 0)
-    assert calls("restore") == 20
-    assert calls("hset") == 20
-    assert "refused a RESTORE" in caplog.text
-    assert connection_string not in redis_writer._versions
+    assert since("restore:rejected") == 20  # every payload was sent, and refused
+    assert since("restore") == 0
+    assert since("error:NOPERM") == 20
+    assert since("hset") == 20
+    assert caplog.text.count("refused a RESTORE") == 1
+    assert "NOPERM" in caplog.text
     assert read(store, list(range(20)), ["amount"])["amount"] == [0.5 + i for i in range(20)]
+
+    since = acl.since()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="featureflow.online.redis"):
+        stats = write(store, VIEW, _table(list(range(20, 30)), 2_000, 4.0))
+    assert (stats.written, stats.skipped) == (10, 0)
+    assert since("dump") == 1  # probed again (HSET, DUMP, then the refused RESTORE)
+    assert since("restore:rejected") == 1  # the probe's: no payload sent
+    assert since("restore") == 0
+    assert since("hset") == 1 + 10
+    assert "refused a RESTORE" not in caplog.text
+    assert read(store, list(range(20, 30)), ["amount"])["amount"] == [
+        4.0 + i for i in range(20, 30)]
