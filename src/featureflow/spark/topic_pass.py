@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
-from featureflow.spark import failpoints, state, worker_gc, worker_memory
+from featureflow.spark import failpoints, state, worker_gc
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -145,9 +145,15 @@ def view_row(view: str, partition: int, stats: dict[str, object]) -> pa.RecordBa
 
 def after_task(batch_id: int) -> None:
     """What a worker sheds once a task of micro-batch ``batch_id`` is done: the state
-    versions other workers replaced (:func:`~featureflow.spark.state.drop_superseded`),
-    then its allocators' free pages
-    (:func:`~featureflow.spark.worker_memory.release_free_pages`).
+    versions other workers replaced (:func:`~featureflow.spark.state.drop_superseded`).
+
+    The allocators' free pages stay: handing them back after each task
+    (``malloc_trim``, Arrow's ``release_unused``) lowers the workers' RSS between
+    tasks (kept growth 1.98x the state against 2.4-2.7x in a 10 M run) but not their
+    peak, which is what a memory limit must hold, and each next batch pays the page
+    faults again (0.5 s per GiB on a VM that reports freed pages to its host): a
+    topic batch of 200 k events over 24 h of state took 1.304 s with it and 1.155 s
+    without, its Redis write 0.776 s against 0.606 s.
 
     The first task of a process also freezes what it holds for the collector
     (:func:`~featureflow.spark.worker_gc.settle`): PySpark collects garbage after
@@ -155,7 +161,6 @@ def after_task(batch_id: int) -> None:
     """
     state.drop_superseded(batch_id)
     worker_gc.settle()
-    worker_memory.release_free_pages()
 
 
 def _partition_id() -> int:
