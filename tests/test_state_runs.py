@@ -156,52 +156,48 @@ _EVENT = st.tuples(st.integers(0, 6), st.integers(0, 400), st.floats(-5, 5))
 @settings(max_examples=80, deadline=None)
 @given(
     batches=st.lists(st.lists(_EVENT, min_size=1, max_size=25), min_size=1, max_size=12),
-    cap=st.integers(1, 60),
     step=st.integers(0, 60),
 )
-def test_capped_merges_keep_every_reachable_event_once_and_never_exceed_the_cap(
-    batches: list[list[tuple[int, int, float]]], cap: int, step: int
+def test_compaction_keeps_every_reachable_event_once_and_drops_wholly_stale_runs(
+    batches: list[list[tuple[int, int, float]]], step: int
 ) -> None:
-    """Batch after batch, as a stream's state compacts, the cut advancing: the runs
-    hold exactly the events at or after the cut that an uncapped compaction holds
-    (pruning may lag: older rows may stay), each run sorted by (entity, time); no
-    merge writes more than ``cap`` rows (a run over it is a batch's own run or a
-    merge's survivor, never a merge's output); a run wholly before the cut is gone."""
-    capped: list[pa.Table] = []
-    uncapped: list[pa.Table] = []
+    """Batch after batch, the cut advancing: the runs hold exactly the events at or
+    after the cut (pruning may lag: older rows may stay), each run sorted by (entity,
+    time), and no run lies wholly before the cut."""
+    runs: list[pa.Table] = []
+    given_rows: list[tuple[int, int, float]] = []
     for index, batch in enumerate(batches):
         cut = index * step
-        new = _run(batch)
-        given_runs = [*capped, new]
-        capped = state_runs.compact(given_runs, "user_id", cut, max_merged_rows=cap)
-        uncapped = state_runs.compact([*uncapped, new], "user_id", cut, max_merged_rows=10**9)
-
-        def reachable(tables: list[pa.Table], cut: int = cut) -> list[tuple[int, int, float]]:
-            return [row for row in _rows(tables) if row[1] >= cut]
-
-        assert reachable(capped) == reachable(uncapped)
-        for run in capped:
+        runs = state_runs.compact([*runs, _run(batch)], "user_id", cut)
+        given_rows += batch
+        assert [row for row in _rows(runs) if row[1] >= cut] == sorted(
+            row for row in given_rows if row[1] >= cut
+        )
+        for run in runs:
             keys = run.column("user_id").to_numpy()
             ts = run.column("event_ns").to_numpy()
             assert np.all((keys[1:] > keys[:-1]) | ((keys[1:] == keys[:-1]) & (ts[1:] >= ts[:-1])))
-            assert int(ts.max()) >= cut  # a run wholly before the cut was dropped
-            written = not any(run is given for given in given_runs)
-            if written and run.num_rows > cap:  # a merge's output, or a pruned rewrite
-                assert any(run.num_rows <= g.num_rows for g in given_runs)
+            assert int(ts.max()) >= cut
 
 
-def test_a_capped_state_is_a_few_runs_of_about_the_cap() -> None:
-    """100 batches of 1,000 events under a 10,000-row cap and no pruning: the merges
-    stop near the cap, so the state is about state / cap runs plus a short tail."""
-    rng = np.random.default_rng(5)
-    runs: list[pa.Table] = []
-    for index in range(100):
-        keys = rng.integers(0, 500, 1000)
-        ts = index * 1000 + rng.integers(0, 1000, 1000)
-        runs = state_runs.compact(
-            [*runs, _run(list(zip(keys.tolist(), ts.tolist(), [1.0] * 1000, strict=True)))],
-            "user_id", 0, max_merged_rows=10_000,
-        )  # fmt: skip
-        assert all(run.num_rows <= 10_000 for run in runs)
-    assert sum(run.num_rows for run in runs) == 100_000
-    assert 10 <= len(runs) <= 2 * 100_000 // 10_000 + 4
+@settings(max_examples=40, deadline=None)
+@given(
+    runs=st.lists(st.lists(_EVENT, max_size=20), min_size=1, max_size=4),
+    data=st.data(),
+)
+def test_take_rows_equals_a_take_of_the_concatenation(
+    runs: list[list[tuple[int, int, float]]], data: st.DataObject
+) -> None:
+    """Rows gathered column by column from several runs (some of several chunks) are
+    those of one take over the runs' concatenation, in the order asked."""
+    tables = [_run(rows) for rows in runs]
+    tables = [pa.concat_tables([t.slice(0, t.num_rows // 2), t.slice(t.num_rows // 2)])
+              for t in tables]  # fmt: skip
+    total = sum(t.num_rows for t in tables)
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, total - 1), max_size=40)) if total else [],
+        dtype=np.int64,
+    )
+    got = state_runs.take_rows(tables, rows)
+    assert got.equals(pa.concat_tables(tables).take(pa.array(rows)).combine_chunks())
+    assert all(column.num_chunks <= 1 for column in got.columns)

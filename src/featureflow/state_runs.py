@@ -9,18 +9,14 @@ micro-batch costs what its new events cost, not what the state holds:
 - a batch's new events become one new run (sorted: O(new log new));
 - runs are merged (:func:`featureflow.ops.merge_runs`, one linear pass, then
   one Arrow ``take`` per column) only when the newer of two adjacent runs holds
-  at least 1/:data:`FANOUT` of the older one's rows, so runs grow
-  geometrically and each event is copied O(log) times over its life (an LSM
-  tree);
-- no merge writes more rows than :func:`merge_cap` (1/:data:`MERGE_SHARE` of
-  the state): a merge copies its runs while they are still held, so its
-  transient memory is a share of the state, never the whole of it. Capped runs
-  lie in arrival order, which in a stream is roughly time order: the oldest
-  expire whole, dropped without a copy, as in a time-windowed compaction;
+  at least 1/:data:`FANOUT` of the older one's rows, so there are
+  O(log(state / batch)) runs and each event is copied O(log) times over its
+  life (an LSM tree);
 - pruning is by time, done while merging, or when more than
   :data:`STALE_SHARE` of a run's rows are older than the cut (a run wholly
-  older is dropped); until then a run may hold events no future frame reaches
-  (frames of on-time events start at or after the cut, so they never see them).
+  older is dropped, without a copy); until then a run may hold events no
+  future frame reaches (frames of on-time events start at or after the cut, so
+  they never see them).
 
 A state table without the metadata (a state saved in time order before this
 layout, or a caller's table) is sorted into one run once.
@@ -43,10 +39,6 @@ FANOUT: Final = 4
 """Adjacent runs merge when the newer one holds at least 1/FANOUT of the older one's rows."""
 STALE_SHARE: Final = 0.25
 """A run is rewritten without its pruned rows once more than this share of them is."""
-MERGE_SHARE: Final = 8
-"""A merge writes at most 1/MERGE_SHARE of the state's rows (:func:`merge_cap`)."""
-MIN_MERGE_ROWS: Final = 1 << 20
-"""... and may always write this many (a small state stays a few runs)."""
 
 
 def with_layout(schema: pa.Schema) -> pa.Schema:
@@ -89,6 +81,8 @@ def take_rows(runs: list[pa.Table], rows: np.ndarray) -> pa.Table:
     columns = []
     for name in runs[0].column_names:
         chunks = [chunk for run in runs for chunk in run.column(name).chunks]
+        if not chunks:
+            chunks = [pa.array([], runs[0].schema.field(name).type)]
         joined = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
         columns.append(joined.take(indices))
         del joined
@@ -101,28 +95,15 @@ def _merge(runs: list[pa.Table], join_key: str, cut_ns: int) -> pa.Table:
     return take_rows(runs, order)
 
 
-def merge_cap(rows: int) -> int:
-    """The most rows one merge of a state of ``rows`` rows may write."""
-    return max(MIN_MERGE_ROWS, rows // MERGE_SHARE)
-
-
-def compact(
-    runs: list[pa.Table], join_key: str, cut_ns: int, max_merged_rows: int | None = None
-) -> list[pa.Table]:
+def compact(runs: list[pa.Table], join_key: str, cut_ns: int) -> list[pa.Table]:
     """Merge and prune runs (module docstring); ``cut_ns``: the first time a future
-    frame can reach; ``max_merged_rows``: the merge cap (default :func:`merge_cap` of
-    the runs' rows). Returns the runs, oldest first."""
-    cap = merge_cap(sum(r.num_rows for r in runs)) if max_merged_rows is None else max_merged_rows
+    frame can reach. Returns the runs, oldest first."""
     out: list[pa.Table] = []
     for run in runs:
         if run.num_rows == 0:
             continue
         out.append(run)
-        while (
-            len(out) >= 2
-            and out[-1].num_rows * FANOUT >= out[-2].num_rows
-            and out[-1].num_rows + out[-2].num_rows <= cap
-        ):
+        while len(out) >= 2 and out[-1].num_rows * FANOUT >= out[-2].num_rows:
             out[-2:] = [_merge(out[-2:], join_key, cut_ns)]
     pruned = []
     for run in out:
