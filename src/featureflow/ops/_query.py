@@ -172,10 +172,11 @@ class Plan:
         """The result ``columns``, computed in sorted query order (``qout`` = 0, 1,
         ...), as a table in the caller's query order.
 
-        Gathers one column at a time and takes each from ``columns`` (the list is
-        left empty): a column's sorted buffers are freed once it is gathered, so the
-        results are held about once, not twice (the offline history of a large
-        micro-batch is the biggest table a task makes)."""
+        Out of order, it gathers one column at a time and takes each from
+        ``columns`` (the list is left empty): a column's sorted buffers are freed
+        once it is gathered, so the results are held about once, not twice (the
+        offline history of a large micro-batch is the biggest table a task makes).
+        Already in order, the columns are the table as they are."""
         if len(self.order) < 2 or bool(np.all(self.order[1:] > self.order[:-1])):
             return _tables.table(columns, self.nq)
         inverse = np.empty_like(self.order)
