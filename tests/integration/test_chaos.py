@@ -62,11 +62,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 # Per Kafka partition: (events, users, span in s, end before END_NS in s).
 LAYOUT = ((2400, 1500, 6 * 3600, 0), (700, 700, 2 * 3600, 0), (200, 300, 3 * 3600, 1800))
 DISORDER_NS = 120 * 10**9
-OPTIONS = (
-    "--max-offsets-per-trigger", "150", "--partitions", "16",
+COUNT_UNNAMED = (
+    "--max-offsets-per-trigger", "150",
     # No partition turns idle during the test, so every run closes the same sessions.
     "--idle-partition-timeout", "1h",
 )  # fmt: skip
+"""The last run's options: no ``--partitions``, so it must continue with the checkpoint's."""
+OPTIONS = (*COUNT_UNNAMED, "--partitions", "16")
 TRIGGER = ("--trigger", "1 second")
 SHUFFLED = ("--driver-pass-records", "0")
 """Every micro-batch through the shuffle; by default these small ones run on the driver."""
@@ -272,7 +274,9 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
         checkpoint = tmp_path / "checkpoint"
         logs = _kill_and_restart(repo, kafka_bootstrap, checkpoint, tmp_path)
         logs += _drain_killed_in_its_session_close(repo, kafka_bootstrap, checkpoint, tmp_path)
-        logs += run_job(repo, kafka_bootstrap, checkpoint, *OPTIONS)
+        logs += run_job(repo, kafka_bootstrap, checkpoint, *COUNT_UNNAMED)
+        layouts = {path.name for path in checkpoint.rglob("partitions=*")}
+        assert layouts == {"partitions=16"}, "a run without --partitions keeps the checkpoint's"
 
         assert _dead_letters(logs) == {}, "no event is late under per-partition watermarks"
         assert {report["pass_on"] for report in _metrics(logs)} == {"driver", "executors"}

@@ -106,6 +106,23 @@ def test_restarting_with_another_partition_count_is_refused(tmp_path: Path) -> N
     StateStore(str(tmp_path), partitions=4).check_layout()
 
 
+def test_unset_partitions_are_the_checkpoints_else_four_per_core(tmp_path: Path) -> None:
+    from featureflow.spark.pipeline import TASKS_PER_CORE, shuffle_partitions
+
+    roots = [str(tmp_path / "rolling"), str(tmp_path / "sessions")]
+    assert shuffle_partitions(roots, cores=2) == TASKS_PER_CORE * 2 == 8
+    assert shuffle_partitions(roots, cores=0) == TASKS_PER_CORE  # unknown cores: one
+    # one view's state written with 4 (say, before the default changed): both views keep 4
+    StateStore(roots[0], partitions=4).save_events(0, 0, _events(1))
+    assert shuffle_partitions(roots, cores=2) == 4
+    assert shuffle_partitions([f"file://{roots[0]}", roots[1]], cores=16) == 4
+    StateStore(roots[1], partitions=3).save_events(0, 0, _events(1))
+    chosen = shuffle_partitions(roots, cores=2)
+    with pytest.raises(JobError, match="written with"):  # two counts: one view is refused
+        for root in roots:
+            StateStore(root, partitions=chosen).check_layout()
+
+
 def test_uris_work_like_paths(tmp_path: Path) -> None:
     store = StateStore(f"file://{tmp_path}", partitions=1)
     store.save_events(0, 0, _events(7))

@@ -55,7 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--available-now", action="store_true", help="process what the topic holds, then exit"
     )
     parser.add_argument("--trigger", help="processing-time trigger interval, e.g. '5 seconds'")
-    parser.add_argument("--partitions", type=int, help="partitions of the entity shuffle")
+    parser.add_argument(
+        "--partitions", type=int,
+        help="partitions of the entity shuffle (default: the checkpoint's, else 4 per core)",
+    )  # fmt: skip
     from featureflow.spark.pipeline import DEFAULT_DRIVER_PASS_RECORDS
 
     parser.add_argument(

@@ -54,7 +54,7 @@ from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram
 from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
-from featureflow.spark.state import StateStore, filesystem_of
+from featureflow.spark.state import StateStore, filesystem_of, written_partitions
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,
     DEFAULT_IDLE_TIMEOUT_NS,
@@ -499,6 +499,30 @@ def checkpoint_order(root: str, specs: list[StreamViewSpec]) -> list[StreamViewS
     return [by_name[name] for name in names]
 
 
+TASKS_PER_CORE = 4
+"""Shuffle partitions of a new checkpoint per core Spark runs tasks on (``--partitions``
+unset). A topic task's memory above its partition's state (the batch's rows, their
+features, merged runs, the online rows) grows with its partition's share of the batch
+and of the state, and a worker keeps what its largest task touched: in a 10 M-event
+run (1 M records a micro-batch, 2 cores) the workers' peak growth was 2.8-3.4x the
+state with 8 partitions against 3.7-4.6x with 4, at the same events/s; 16 gained
+nothing more (``bench/stream.py``, README *Where a worker's memory goes*)."""
+
+
+def shuffle_partitions(state_roots: list[str], cores: int) -> int:
+    """The job's shuffle partitions when ``--partitions`` is unset: the count the views'
+    state was written with (the state layout is per partition, so a checkpoint keeps
+    its count, as Spark keeps a stateful query's), else :data:`TASKS_PER_CORE` per core.
+    A views' state written with several counts is refused by
+    :meth:`~featureflow.spark.state.StateStore.check_layout`."""
+    written = set().union(*(written_partitions(root) for root in state_roots))
+    if written:
+        chosen = min(written)
+        log.info("shuffle partitions: %d, as the checkpoint's state was written", chosen)
+        return chosen
+    return TASKS_PER_CORE * max(1, cores)
+
+
 def start_topic_query(
     spark: SparkSession,
     specs: list[StreamViewSpec],
@@ -512,9 +536,12 @@ def start_topic_query(
     Checkpoints: the query's under ``<checkpoint>/<view>[+<view>...]``, each
     view's window state under ``<checkpoint>/<view>/featureflow-state``.
     """
-    partitions = options.partitions or int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
     root = options.checkpoint.rstrip("/")
     specs = checkpoint_order(root, specs)
+    partitions = options.partitions or shuffle_partitions(
+        [f"{root}/{spec.name}/featureflow-state" for spec in specs],
+        spark.sparkContext.defaultParallelism,
+    )
     views = []
     for spec in specs:
         state = StateStore(f"{root}/{spec.name}/featureflow-state", partitions)

@@ -398,6 +398,17 @@ def wait_for_snapshots() -> None:
         future.result()
 
 
+def written_partitions(root: str) -> set[int]:
+    """The partition counts the state under ``root`` was written with (empty: none yet)."""
+    filesystem, base = filesystem_of(root)
+    found = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    return {
+        int(info.base_name.split("=", 1)[1])
+        for info in found
+        if info.base_name.startswith("partitions=")
+    }
+
+
 @dataclass(frozen=True)
 class StateStore:
     """The state of one stream view: ``partitions`` shuffle partitions under ``root``."""
@@ -416,13 +427,7 @@ class StateStore:
         """
         filesystem, base = self._paths()
         file_modes.make_dirs(filesystem, base)
-        found = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
-        counts = {
-            int(info.base_name.split("=", 1)[1])
-            for info in found
-            if info.base_name.startswith("partitions=")
-        }
-        others = counts - {self.partitions}
+        others = written_partitions(self.root) - {self.partitions}
         if others:
             msg = (
                 f"the state under {self.root} was written with {sorted(others)} partitions; "
