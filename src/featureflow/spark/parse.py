@@ -103,8 +103,9 @@ def _json_decoded(
     out = StructType(passed.schema.fields + from_arrow_schema(parsed_schema).fields)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from featureflow.spark import worker_gc
+        from featureflow.spark import arrow_pool, worker_gc
 
+        arrow_pool.use_returning_pool()
         for batch in batches:
             parsed = decode(batch.column("value"))
             yield pa.RecordBatch.from_arrays(

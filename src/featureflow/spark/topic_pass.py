@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
-from featureflow.spark import failpoints, state, worker_gc
+from featureflow.spark import arrow_pool, failpoints, state, worker_gc
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -185,6 +185,7 @@ class TopicPass:
     batch_id: int
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        arrow_pool.use_returning_pool()
         received = [batch for batch in batches if batch.num_rows]
         if received:
             yield from self.run_partition(_partition_id(), pa.Table.from_batches(received))
@@ -290,6 +291,7 @@ def run_on_driver(
     partitions, the same functions, the records of a partition in the same order
     (the Kafka partitions' records in turn, by offset).
     """
+    arrow_pool.use_returning_pool()
     partitions = records.column(PARTITION_COLUMN)
     out = pa.Table.from_batches(
         list(
@@ -320,6 +322,7 @@ class SessionCloser:
     batch_id: int
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        arrow_pool.use_returning_pool()
         for _ in batches:
             pass
         partition = _partition_id()
