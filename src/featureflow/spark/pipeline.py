@@ -506,7 +506,7 @@ features, merged runs, the online rows) grows with its partition's share of the 
 and of the state, and a worker keeps what its largest task touched: in a 10 M-event
 run (1 M records a micro-batch, 2 cores) the workers' peak growth was 2.8-3.4x the
 state with 8 partitions against 3.7-4.6x with 4, at the same events/s; 16 gained
-nothing more (``bench/stream.py``, README *Where a worker's memory goes*)."""
+nothing more (``bench/stream.py``, README *Which task sets a worker's peak*)."""
 
 
 def shuffle_partitions(state_roots: list[str], cores: int) -> int:
