@@ -334,13 +334,14 @@ def run_shuffle_floor(
     from featureflow.columns import EVENT_NS
     from featureflow.spark.event_time import mark_event_time, without_unneeded_bytes
     from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH
+    from featureflow.spark.pipeline import shuffle_partitions
 
     spec, parsed = parsed_topic(spark, repo, bootstrap, checkpoint, max_offsets_per_trigger)
     selected = parsed.select(
         spec.join_key, EVENT_NS, *spec.value_columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON
     )
     checked = without_unneeded_bytes(mark_event_time(selected, spec.timestamp_field, None, 2**62))
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions") or 4)
+    partitions = shuffle_partitions([], spark.sparkContext.defaultParallelism)  # the job's own
 
     def drain(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:

@@ -499,8 +499,7 @@ FIXED_COST_SETTINGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "every batch shuffled (--driver-pass-records 0)": ((), ("--driver-pass-records", "0")),
     "shuffled, spark.locality.wait=0": (("spark.locality.wait=0",),
                                         ("--driver-pass-records", "0")),
-    "shuffled, 2 shuffle partitions": (("spark.sql.shuffle.partitions=2",),
-                                       ("--driver-pass-records", "0")),
+    "shuffled, 2 shuffle partitions": ((), ("--driver-pass-records", "0", "--partitions", "2")),
     "shuffled, no Spark UI": (("spark.ui.enabled=false",), ("--driver-pass-records", "0")),
 }
 """Settings whose effect on a micro-batch's fixed cost ``--fixed-cost`` measures: (Spark
