@@ -166,8 +166,8 @@ def job_run(system: str, topic_events: int, batches: list[dict[str, Any]]) -> St
     start = min(b["end_s"] - b["duration_s"] for b in busy)
     end = max(b["end_s"] for b in busy)
     keep = ("view", "batch_id", "records", "events", "state_rows", "state_bytes",
-            "entities_written", "duration_s", "freshness_p50_s", "freshness_p99_s",
-            "phases_s", "end_s")  # fmt: skip
+            "partitions_run", "cold_partitions", "entities_written", "duration_s",
+            "freshness_p50_s", "freshness_p99_s", "phases_s", "end_s")  # fmt: skip
     return StreamRun(system, topic_events, end - start, [{k: b.get(k) for k in keep} for b in busy])
 
 
@@ -538,8 +538,9 @@ def memory_table(runs: list[StreamRun]) -> str:
     """The featureflow runs' state after their last batch and their Python workers' RSS."""
     lines = ["| system | state events | state MiB | bytes / event | workers' peak MiB "
              "| largest worker MiB | first -> last tenth MiB | worker baseline MiB "
-             "| kept growth MiB (/ state) | peak growth MiB (/ state) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| kept growth MiB (/ state) | peak growth MiB (/ state) "
+             "| cold partition tasks after batch 0 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for run in runs:
         if not run.memory.get("samples"):
             continue
@@ -553,6 +554,10 @@ def memory_table(runs: list[StreamRun]) -> str:
             growth = run.memory["last_tenth_mib"] - run.memory["first_tenth_mib"]
         kept = run.memory.get("kept_growth_mib")
         state_mib = bytes_held / (1 << 20)
+        # a task is cold when its worker did not hold the partition's frame states
+        later = [b for b in run.batches if (b.get("batch_id") or 0) > 0]
+        tasks = sum(b.get("partitions_run") or 0 for b in later)
+        cold = sum(b.get("cold_partitions") or 0 for b in later)
         lines.append(
             f"| {run.system} | {rows_held:,} | {state_mib:.0f} "
             f"| {bytes_held / rows_held if rows_held else 0:.1f} "
@@ -560,7 +565,8 @@ def memory_table(runs: list[StreamRun]) -> str:
             f"| {run.memory['first_tenth_mib']:,.0f} -> {run.memory['last_tenth_mib']:,.0f} "
             f"| {run.memory.get('baseline_mib', 0):,.0f} "
             f"| {'-' if kept is None else f'{kept:,.0f} ({kept / state_mib:.2f}x)'} "
-            f"| {growth:,.0f} ({growth / state_mib if state_mib else float('nan'):.2f}x) |"
+            f"| {growth:,.0f} ({growth / state_mib if state_mib else float('nan'):.2f}x) "
+            f"| {f'{cold:,} of {tasks:,} ({cold / tasks:.0%})' if tasks else '-'} |"
         )
     return "\n".join(lines)
 

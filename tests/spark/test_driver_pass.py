@@ -38,7 +38,7 @@ from featureflow.repo import load_store, stream_view_specs
 from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
 from featureflow.spark.online_sink import ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
-from featureflow.spark.state import StateStore
+from featureflow.spark.state import StateStore, drop_resident
 from featureflow.spark.topic_pass import (
     COUNT,
     DEAD,
@@ -161,6 +161,69 @@ def test_the_drivers_pass_equals_the_shuffled_tasks(tmp_path: Path) -> None:
             assert got_state.equals(want_state), (spec.name, partition)
     users = sorted(set(records.column("user_id").to_pylist()))
     assert _online(driver, users) == _online(shuffled, users)
+
+
+def _shuffled_pass(repo: Path, batch_id: int, watermark_ns: int, batch: pa.Table,
+                   partitions: pa.Array) -> pa.Table:  # fmt: skip
+    """``batch`` through one :class:`TopicPass` task per shuffle partition, in this process."""
+    tasks = _tasks(repo, batch_id, watermark_ns)
+    return pa.Table.from_batches([
+        row
+        for partition in range(PARTITIONS)
+        if pc.any(pc.equal(partitions, partition)).as_py()
+        for row in TopicPass(tasks, str(repo), batch_id).run_partition(
+            partition, batch.filter(pc.equal(partitions, partition))
+        )
+    ])  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_partition_is_cold_in_a_worker_without_its_frame_states_and_computes_the_same(
+    tmp_path: Path,
+) -> None:
+    """``state_cold`` (the job's ``cold_partitions``) marks each (view, partition) task
+    that found its state without the frame states its last batch held: in a new worker
+    (here: the resident versions dropped, as a restart or Spark handing the partition
+    to another Python worker leaves them) every partition of both views is cold once,
+    and the next batch in that worker is warm again. A cold task's outputs and state
+    equal the same batch's computed warm (the other repo's states, dropped with them
+    after its batch 2, are cold in batch 3 instead)."""
+    records = _records(seed=5)
+    partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
+    moved, stayed = copy_repo(tmp_path / "moved"), copy_repo(tmp_path / "stayed")
+    for repo in (moved, stayed):
+        apply(repo, "unused")
+    watermark_ns = 0
+    cold_by_batch = []
+    for batch_id, (lo, hi) in enumerate(itertools.pairwise(BATCHES)):
+        batch = records.slice(lo, hi - lo)
+        partitions = partition_of.slice(lo, hi - lo)
+        want = _shuffled_pass(stayed, batch_id, watermark_ns, batch, partitions)
+        if batch_id == 2:
+            drop_resident()  # the next worker holds nothing
+        got = _shuffled_pass(moved, batch_id, watermark_ns, batch, partitions)
+        assert _comparable(got) == _comparable(want), batch_id
+        views = got.filter(pc.equal(got.column("kind"), VIEW))
+        cold_by_batch.append(sorted(
+            (row["view"], row["shuffle_partition"], row["state_cold"])
+            for row in views.to_pylist()
+        ))  # fmt: skip
+        usable = pc.is_null(batch.column(ERROR_REASON))
+        watermark_ns = int(pc.max(batch.column(EVENT_NS).filter(usable)).as_py()) - 3600 * 10**9
+    first, warm, moved_batch, after = cold_by_batch
+    assert {cold for *_, cold in first} == {0}  # empty state: nothing to compute anew
+    assert {cold for *_, cold in warm} == {0}
+    assert len(moved_batch) == 2 * PARTITIONS  # both views in every partition
+    assert {cold for *_, cold in moved_batch} == {1}
+    assert {cold for *_, cold in after} == {0}
+    for spec in stream_view_specs(load_store(moved)):
+        for partition in range(PARTITIONS):
+            got_state = StateStore(str(moved / "state" / spec.name), PARTITIONS).load_events(
+                partition, before_batch=len(BATCHES))
+            want_state = StateStore(str(stayed / "state" / spec.name), PARTITIONS).load_events(
+                partition, before_batch=len(BATCHES))
+            assert got_state is not None and want_state is not None
+            assert got_state.equals(want_state), (spec.name, partition)
 
 
 @settings(max_examples=8, deadline=None,

@@ -62,12 +62,15 @@ def test_report_json_line_says_where_the_time_went() -> None:
 def test_prometheus_endpoint_serves_the_batch() -> None:
     exporter = PrometheusExporter(0)
     try:
-        exporter.observe(
-            BatchReport(
-                "user_txn_stats", 0, records=7, events=5, dead_letters={"not a JSON object": 2},
-                duration_s=0.5, freshness_p50_s=0.2, freshness_p99_s=1.5,
-            )
-        )  # fmt: skip
+        for batch_id, cold in enumerate((3, 1)):  # the counter adds the batches' cold tasks
+            exporter.observe(
+                BatchReport(
+                    "user_txn_stats", batch_id, records=7, events=5,
+                    dead_letters={"not a JSON object": 2}, duration_s=0.5,
+                    freshness_p50_s=0.2, freshness_p99_s=1.5, partitions_run=8,
+                    cold_partitions=cold,
+                )
+            )  # fmt: skip
         text = (
             urllib.request.urlopen(f"http://127.0.0.1:{exporter.port}/metrics", timeout=10)
             .read()
@@ -75,12 +78,13 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
         )
     finally:
         exporter.close()
-    assert 'featureflow_events_total{view="user_txn_stats"} 5.0' in text
-    assert 'featureflow_records_total{view="user_txn_stats"} 7.0' in text
+    assert 'featureflow_events_total{view="user_txn_stats"} 10.0' in text
+    assert 'featureflow_records_total{view="user_txn_stats"} 14.0' in text
     assert (
-        'featureflow_dead_letters_total{reason="not a JSON object",view="user_txn_stats"} 2.0'
+        'featureflow_dead_letters_total{reason="not a JSON object",view="user_txn_stats"} 4.0'
         in text
     )
+    assert 'featureflow_cold_partitions_total{view="user_txn_stats"} 4.0' in text
     assert 'featureflow_freshness_seconds{quantile="0.99",view="user_txn_stats"} 1.5' in text
 
 

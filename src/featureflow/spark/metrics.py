@@ -58,6 +58,13 @@ class BatchReport:
     partitions, each as of its last change in this run of the job."""
     state_bytes: int = 0
     """Arrow bytes of that state (what the Python workers hold resident), like ``state_rows``."""
+    partitions_run: int = 0
+    """Shuffle partitions whose task changed this view's state or outputs in this batch."""
+    cold_partitions: int = 0
+    """Of ``partitions_run``, those whose task computed this view's frame states anew from all the
+    partition's state: the Python worker that ran it did not hold them (a restart, or
+    Spark handing the partition to another worker than last batch's). Their cost grows
+    with the state; a warm partition's only with the batch."""
     duration_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
@@ -184,6 +191,11 @@ class PrometheusExporter:
             "Arrow bytes of the view's window state, each shuffle partition as of its last "
             "change in this run (bytes)", ["view"],
         )  # fmt: skip
+        self.cold_partitions = counter(
+            "featureflow_cold_partitions",
+            "shuffle partitions whose task computed the view's frame states anew from all "
+            "its state, not held by the Python worker that ran it (partition tasks)", ["view"],
+        )  # fmt: skip
         self.freshness = gauge(
             "featureflow_freshness_seconds",
             "write time minus event time of the last micro-batch's events, at a quantile "
@@ -233,6 +245,7 @@ class PrometheusExporter:
         self.rate.labels(view).set(report.events_per_s)
         self.state.labels(view).set(report.state_rows)
         self.state_bytes.labels(view).set(report.state_bytes)
+        self.cold_partitions.labels(view).inc(report.cold_partitions)
         for quantile, value in (("0.5", report.freshness_p50_s), ("0.99", report.freshness_p99_s)):
             if value is not None:
                 self.freshness.labels(view, quantile).set(value)

@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATS_SCHEMA = (
-    "rows long, entities long, state_rows long, state_bytes long, backend string, "
-    "freshness array<long>, seconds array<double>"
+    "rows long, entities long, state_rows long, state_bytes long, state_cold long, "
+    "backend string, freshness array<long>, seconds array<double>"
 )
 """Spark DDL of what :class:`OnlineFeatureWriter` reports per partition."""
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
@@ -116,6 +116,11 @@ class ViewOutputs:
     frames: FrameStatesByColumn | SessionStates | None = None
     """Frame states (rolling) or kept sessions (sessions) computed with ``kept``, held
     beside it in the worker."""
+    cold: bool = False
+    """The task found the view's state without the frame states (or open sessions) its
+    last batch computed with it, and computed them anew from all its rows: the state was
+    rebuilt from its files (a restart, or Spark handing the partition to another Python
+    worker than the one that ran it last) — a cost that grows with the state."""
 
     @property
     def new_rows(self) -> int:
@@ -199,7 +204,7 @@ class ViewTask:
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
         return ViewOutputs(
             step.rows, step.history, step.kept, step.kept_tiles, new_ns, clock,
-            step.delta, step.tiles_delta, step.frames,
+            step.delta, step.tiles_delta, step.frames, cold=prior is not None and carried is None,
         )  # fmt: skip
 
     def finish(self, partition: int, outputs: ViewOutputs) -> None:
@@ -231,6 +236,7 @@ class ViewTask:
             "entities": outputs.rows.num_rows,
             "state_rows": outputs.state_rows,
             "state_bytes": outputs.state_bytes,
+            "state_cold": int(outputs.cold),
             "backend": ops.backend(),
             "freshness": freshness,
             "seconds": [outputs.clock.seconds[phase] for phase in EXECUTOR_PHASES],

@@ -160,6 +160,8 @@ class MicroBatchProcessor:
             entities_written=sum(row["entities"] for row in stats),
             state_rows=sum(rows for rows, _ in self.state_sizes.values()),
             state_bytes=sum(size for _, size in self.state_sizes.values()),
+            partitions_run=len(stats),
+            cold_partitions=sum(row["state_cold"] for row in stats),
             duration_s=topic_batch.duration_s,
             watermark_lag_s=topic_batch.watermarks.lag_s(topic_batch.clock_ns),
             idle_partitions=list(topic_batch.watermarks.idle),
@@ -362,9 +364,8 @@ class TopicBatchProcessor:
         shuffle partition runs with the executors' own functions (Spark's hash partition
         of the entity, :func:`~featureflow.spark.topic_pass.shuffle_partition`), side by
         side on threads; its Python process keeps the states and frame states between
-        batches. Executors' Python workers could not: Spark hands a task
-        whichever idle worker waited longest, so one task a batch alternates between
-        them and each batch would rebuild its state from disk.
+        batches, as an executor's state host does for the shuffled batches
+        (:mod:`~featureflow.spark.state_host`).
         """
         limit = self._lead.options.driver_pass_records
         if limit <= 0 or self.checkpoint is None:

@@ -58,8 +58,10 @@ keeps its newest version however old. Any filesystem pyarrow reaches works
 (local, HDFS, S3), so the same job runs on a cluster when the checkpoint is
 on shared storage.
 
-State stays where it is used: each Python worker holds the events (and tiles)
-it last loaded or saved per partition directory, with the version and the
+State stays where it is used: each process that runs partitions (on an
+executor its state host, :mod:`~featureflow.spark.state_host`; the driver for
+small batches) holds the events (and tiles) it last loaded or saved per
+partition directory, with the version and the
 name, size and modification time of the file that defines it (its delta, or
 its snapshot: :data:`_RESIDENT`). Loading version ``v`` is then one directory
 listing when the worker holds ``v`` and the listing shows the same file;

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
-from featureflow.spark import arrow_pool, failpoints, state, worker_gc
+from featureflow.spark import arrow_pool, failpoints, state, state_host, worker_gc
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -64,7 +64,8 @@ VIEW, COUNT, DEAD = "view", "count", "dead"
 
 OUTPUT_SCHEMA = (
     "kind string, view string, shuffle_partition int, rows long, entities long, "
-    "state_rows long, state_bytes long, backend string, freshness array<long>, "
+    "state_rows long, state_bytes long, state_cold long, backend string, "
+    "freshness array<long>, "
     "seconds array<double>, partition int, reason string, max_ns long, key binary, "
     "value binary, topic string, offset long, field string"
 )
@@ -72,8 +73,9 @@ OUTPUT_SCHEMA = (
 
 - ``view``: ``view``, ``shuffle_partition``, ``rows`` (new events), ``entities``
   (online rows written), ``state_rows``/``state_bytes`` (state kept by the partition,
-  Arrow bytes), ``backend``, ``freshness`` (histogram), ``seconds`` (per
-  :data:`~featureflow.spark.online_sink.EXECUTOR_PHASES`);
+  Arrow bytes), ``state_cold`` (1: its frame states were computed anew, see
+  :attr:`~featureflow.spark.online_sink.ViewOutputs.cold`), ``backend``, ``freshness``
+  (histogram), ``seconds`` (per :data:`~featureflow.spark.online_sink.EXECUTOR_PHASES`);
 - ``count``: ``partition`` (Kafka), ``reason`` (null: usable), ``rows``, ``max_ns``
   (largest event time of the usable ones, ns);
 - ``dead``: ``key``, ``value``, ``topic``, ``partition``, ``offset``, ``field``, ``reason``.
@@ -83,7 +85,7 @@ ARROW_SCHEMA = pa.schema(
     [
         ("kind", pa.string()), ("view", pa.string()), ("shuffle_partition", pa.int32()),
         ("rows", pa.int64()), ("entities", pa.int64()), ("state_rows", pa.int64()),
-        ("state_bytes", pa.int64()), ("backend", pa.string()),
+        ("state_bytes", pa.int64()), ("state_cold", pa.int64()), ("backend", pa.string()),
         ("freshness", pa.list_(pa.int64())), ("seconds", pa.list_(pa.float64())),
         ("partition", pa.int32()), ("reason", pa.string()), ("max_ns", pa.int64()),
         ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
@@ -188,12 +190,23 @@ class TopicPass:
         arrow_pool.use_returning_pool()
         received = [batch for batch in batches if batch.num_rows]
         if received:
-            yield from self.run_partition(_partition_id(), pa.Table.from_batches(received))
-        after_task(self.batch_id)
+            records = pa.Table.from_batches(received)
+            yield from state_host.run(partition_outputs, self, _partition_id(), records)
+        worker_gc.settle()
 
     def run_partition(self, partition: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
         """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark too)."""
         yield from run_records(self.tasks, self.repo_path, self.batch_id, records, partition)
+
+
+def partition_outputs(
+    topic: TopicPass, partition: int, records: pa.Table
+) -> list[pa.RecordBatch]:
+    """:meth:`TopicPass.run_partition`, then :func:`after_task`: a task's work where the
+    executor's state host runs it (:mod:`~featureflow.spark.state_host`)."""
+    out = list(topic.run_partition(partition, records))
+    after_task(topic.batch_id)
+    return out
 
 
 def run_records(
@@ -325,10 +338,19 @@ class SessionCloser:
         arrow_pool.use_returning_pool()
         for _ in batches:
             pass
-        partition = _partition_id()
+        yield from state_host.run(closed_sessions, self, _partition_id())
+        worker_gc.settle()
+
+
+def closed_sessions(closer: SessionCloser, partition: int) -> list[pa.RecordBatch]:
+    """:class:`SessionCloser`'s work for ``partition``, where the executor's state host
+    runs it: the views' rows, then its failpoint and :func:`after_task`."""
+    out = [
+        view_row(task.spec.name, partition, stats)
         for _, task, stats in run_views(
-            list(self.tasks), self.repo_path, self.batch_id, {partition: {}}
-        ):
-            yield view_row(task.spec.name, partition, stats)
-        failpoints.reach("mid_session_close", self.batch_id)
-        after_task(self.batch_id)
+            list(closer.tasks), closer.repo_path, closer.batch_id, {partition: {}}
+        )
+    ]
+    failpoints.reach("mid_session_close", closer.batch_id)
+    after_task(closer.batch_id)
+    return out
