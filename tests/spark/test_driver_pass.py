@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,34 +119,39 @@ def _online(repo: Path, users: list[int]) -> dict[str, list[Any]]:
     ).to_dict()
 
 
+def _applied_repos(tmp_path: Path, *names: str) -> list[Path]:
+    repos = [copy_repo(tmp_path / name) for name in names]
+    for repo in repos:
+        apply(repo, "unused")
+    return repos
+
+
+def _micro_batches(records: pa.Table) -> Iterator[tuple[int, pa.Table, pa.Array]]:
+    """``records`` cut at :data:`BATCHES`: (batch id, records, each one's shuffle
+    partition: any assignment of users to partitions, the same for every path)."""
+    partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
+    for batch_id, (lo, hi) in enumerate(itertools.pairwise(BATCHES)):
+        yield batch_id, records.slice(lo, hi - lo), partition_of.slice(lo, hi - lo)
+
+
+def _watermark_after(batch: pa.Table) -> int:
+    usable = pc.is_null(batch.column(ERROR_REASON))
+    return int(pc.max(batch.column(EVENT_NS).filter(usable)).as_py()) - 3600 * 10**9
+
+
 @pytest.mark.slow
 def test_the_drivers_pass_equals_the_shuffled_tasks(tmp_path: Path) -> None:
     records = _records(seed=11)
-    # any assignment of users to partitions, the same for both paths
-    partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
-    driver, shuffled = copy_repo(tmp_path / "driver"), copy_repo(tmp_path / "shuffled")
-    for repo in (driver, shuffled):
-        apply(repo, "unused")
+    driver, shuffled = _applied_repos(tmp_path, "driver", "shuffled")
     watermark_ns = 0
-    for batch_id, (lo, hi) in enumerate(itertools.pairwise(BATCHES)):
-        batch = records.slice(lo, hi - lo)
-        partitions = partition_of.slice(lo, hi - lo)
+    for batch_id, batch, partitions in _micro_batches(records):
         on_driver = run_on_driver(
             _tasks(driver, batch_id, watermark_ns), str(driver), batch_id,
             batch.append_column(PARTITION_COLUMN, partitions),
         )  # fmt: skip
-        tasks = _tasks(shuffled, batch_id, watermark_ns)
-        shuffled_out = pa.Table.from_batches([
-            row
-            for partition in range(PARTITIONS)
-            if pc.any(pc.equal(partitions, partition)).as_py()
-            for row in TopicPass(tasks, str(shuffled), batch_id).run_partition(
-                partition, batch.filter(pc.equal(partitions, partition))
-            )
-        ])  # fmt: skip
+        shuffled_out = _shuffled_pass(shuffled, batch_id, watermark_ns, batch, partitions)
         assert _comparable(on_driver) == _comparable(shuffled_out), batch_id
-        usable = pc.is_null(batch.column(ERROR_REASON))
-        watermark_ns = int(pc.max(batch.column(EVENT_NS).filter(usable)).as_py()) - 3600 * 10**9
+        watermark_ns = _watermark_after(batch)
 
     for spec in stream_view_specs(load_store(driver)):
         got = read_history(str(driver / "data" / "offline"), spec.name)
@@ -188,16 +194,10 @@ def test_a_partition_is_cold_in_a_worker_without_its_frame_states_and_computes_t
     and the next batch in that worker is warm again. A cold task's outputs and state
     equal the same batch's computed warm (the other repo's states, dropped with them
     after its batch 2, are cold in batch 3 instead)."""
-    records = _records(seed=5)
-    partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
-    moved, stayed = copy_repo(tmp_path / "moved"), copy_repo(tmp_path / "stayed")
-    for repo in (moved, stayed):
-        apply(repo, "unused")
+    moved, stayed = _applied_repos(tmp_path, "moved", "stayed")
     watermark_ns = 0
     cold_by_batch = []
-    for batch_id, (lo, hi) in enumerate(itertools.pairwise(BATCHES)):
-        batch = records.slice(lo, hi - lo)
-        partitions = partition_of.slice(lo, hi - lo)
+    for batch_id, batch, partitions in _micro_batches(_records(seed=5)):
         want = _shuffled_pass(stayed, batch_id, watermark_ns, batch, partitions)
         if batch_id == 2:
             drop_resident()  # the next worker holds nothing
@@ -208,8 +208,7 @@ def test_a_partition_is_cold_in_a_worker_without_its_frame_states_and_computes_t
             (row["view"], row["shuffle_partition"], row["state_cold"])
             for row in views.to_pylist()
         ))  # fmt: skip
-        usable = pc.is_null(batch.column(ERROR_REASON))
-        watermark_ns = int(pc.max(batch.column(EVENT_NS).filter(usable)).as_py()) - 3600 * 10**9
+        watermark_ns = _watermark_after(batch)
     first, warm, moved_batch, after = cold_by_batch
     assert {cold for *_, cold in first} == {0}  # empty state: nothing to compute anew
     assert {cold for *_, cold in warm} == {0}

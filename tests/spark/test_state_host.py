@@ -93,22 +93,14 @@ def test_a_dead_hosts_place_goes_to_the_next_worker_that_calls(workers: list[Wor
     assert third.ask("pid") == str(second.process.pid)
 
 
-def test_turned_off_every_worker_runs_its_own_calls(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path), state_host.ENV: "0"}
-    workers = [Worker(env) for _ in range(2)]
-    try:
-        assert [w.ask("pid") for w in workers] == [str(w.process.pid) for w in workers]
-    finally:
-        for worker in workers:
-            worker.kill()
-
-
-def test_a_socket_path_too_long_for_unix_sockets_runs_every_call_in_place(
-    tmp_path: Path,
-) -> None:
-    deep = tmp_path / ("d" * 90)
-    deep.mkdir()
-    env = {**os.environ, "TMPDIR": str(deep)}
+@pytest.mark.parametrize("why", ["turned off", "socket path too long for AF_UNIX"])
+def test_without_a_host_every_worker_runs_its_own_calls(tmp_path: Path, why: str) -> None:
+    if why == "turned off":
+        env = {**os.environ, "TMPDIR": str(tmp_path), state_host.ENV: "0"}
+    else:
+        deep = tmp_path / ("d" * 90)
+        deep.mkdir()
+        env = {**os.environ, "TMPDIR": str(deep)}
     workers = [Worker(env) for _ in range(2)]
     try:
         assert [w.ask("pid") for w in workers] == [str(w.process.pid) for w in workers]
