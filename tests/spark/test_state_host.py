@@ -10,6 +10,7 @@ ran it.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,7 @@ import pytest
 from featureflow.spark import state_host
 
 WORKER = textwrap.dedent("""
-    import os, sys
+    import os, sys, time
     from featureflow.spark import state_host
     for line in sys.stdin:
         command = line.strip()
@@ -32,6 +33,11 @@ WORKER = textwrap.dedent("""
                 state_host.run(int, "not a number")
             elif command == "host":
                 print(state_host._hosting is not None, flush=True)
+            elif command == "fork":  # a child that outlives this process by a minute
+                if os.fork() == 0:
+                    print(state_host._hosting is not None, os.getpid(), flush=True)
+                    time.sleep(60)
+                    os._exit(0)
         except Exception as error:
             print(f"{type(error).__name__}: {str(error).splitlines()[0]}", flush=True)
 """)
@@ -81,6 +87,24 @@ def test_the_hosts_exception_is_raised_in_the_calling_worker(workers: list[Worke
     said = second.ask("fail")
     assert said == "ValueError: invalid literal for int() with base 10: 'not a number'"
     assert second.ask("pid") == str(first.process.pid)  # the host serves on
+
+
+def test_a_process_forked_from_the_host_holds_no_part_of_its_place(
+    workers: list[Worker],
+) -> None:
+    """The host's fork (a library's subprocess) starts as neither host nor client, and its
+    copy of the lock's descriptor does not keep the lock once the host is gone: else the
+    next worker would wait for a listener that never comes (StateHostError after 30 s)."""
+    first, second, _ = workers
+    assert first.ask("pid") == str(first.process.pid)
+    hosting, child = first.ask("fork").split()
+    try:
+        assert hosting == "False"
+        assert second.ask("pid") == str(first.process.pid)
+        first.kill()
+        assert second.ask("pid") == str(second.process.pid)
+    finally:
+        os.kill(int(child), signal.SIGKILL)
 
 
 def test_a_dead_hosts_place_goes_to_the_next_worker_that_calls(workers: list[Worker]) -> None:

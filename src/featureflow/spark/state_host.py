@@ -79,6 +79,20 @@ def enabled() -> bool:
     return os.environ.get(ENV, "1") != "0"
 
 
+def _forget_in_child() -> None:
+    """A process forked from a host or a client is neither: it elects or connects anew.
+    (Its copy of the lock's descriptor is closed; the parent still holds the lock.)"""
+    global _hosting, _connection, _lock_fd, _lock
+    if _lock_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(_lock_fd)
+    _hosting = _connection = _lock_fd = None
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _paths(executor: int) -> tuple[Path, Path]:
     """The lock file and the socket of the executor whose workers' parent is ``executor``,
     in a directory only this user can enter (the socket takes pickled calls)."""
@@ -178,7 +192,7 @@ def _try_to_host(lock_path: Path, socket_path: Path) -> bool:
         return False
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()  # a dead host's: the lock is ours
-    _hosting = Listener(str(socket_path), family="AF_UNIX")
+    _hosting = Listener(str(socket_path), family="AF_UNIX", backlog=64)
     _lock_fd = fd  # held (open) for the process's life
     threading.Thread(target=_accept, args=(_hosting,), name="featureflow-state-host",
                      daemon=True).start()  # fmt: skip
