@@ -133,13 +133,13 @@ def test_without_a_host_every_worker_runs_its_own_calls(tmp_path: Path, why: str
             worker.kill()
 
 
-def test_a_lock_directory_open_to_other_users_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    monkeypatch.setattr("tempfile.tempdir", None)
+def test_a_lock_directory_open_to_other_users_is_refused(tmp_path: Path) -> None:
     directory = tmp_path / f"featureflow-{os.getuid()}"
-    directory.mkdir(mode=0o777)
+    directory.mkdir()
     directory.chmod(0o777)
-    with pytest.raises(state_host.StateHostError, match="open to other users"):
-        state_host._paths(os.getppid())
+    worker = Worker({**os.environ, "TMPDIR": str(tmp_path)})
+    try:
+        said = worker.ask("pid")
+    finally:
+        worker.kill()
+    assert said.startswith("StateHostError: ") and "open to other users" in said
