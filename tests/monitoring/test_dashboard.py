@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "featureflow.json"
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
 METRIC = re.compile(r"\bfeatureflow_[a-z0-9_]+")
-UNIT = re.compile(r"\((seconds|records|events|events/s|batches|rows|bytes|boolean)\)$")
+UNIT = re.compile(r"\((seconds|records|events|events/s|batches|rows|bytes|boolean|tasks)\)$")
 
 
 def served_names(text: str) -> set[str]:
@@ -50,6 +50,7 @@ def test_every_metric_the_dashboard_names_is_served(served: str) -> None:
         "featureflow_consumer_lag_records", "featureflow_watermark_lag_seconds",
         "featureflow_freshness_seconds", "featureflow_events_per_second",
         "featureflow_batch_duration_seconds", "featureflow_dead_letters_total",
+        "featureflow_cold_partitions_total",
     ):  # fmt: skip
         assert wanted in shown, wanted
 

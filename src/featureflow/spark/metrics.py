@@ -194,7 +194,7 @@ class PrometheusExporter:
         self.cold_partitions = counter(
             "featureflow_cold_partitions",
             "shuffle partitions whose task computed the view's frame states anew from all "
-            "its state, not held by the Python worker that ran it (partition tasks)", ["view"],
+            "its state, not held by the Python worker that ran it (tasks)", ["view"],
         )  # fmt: skip
         self.freshness = gauge(
             "featureflow_freshness_seconds",
