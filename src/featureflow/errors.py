@@ -1,6 +1,9 @@
 """The exceptions featureflow raises: one root, one base per area.
 
-Every message says what went wrong and what to do about it.
+Every message says what went wrong and what to do about it. Those built from
+arguments of their own pickle with them, attributes and notes included: an
+executor's state host (:mod:`featureflow.spark.state_host`) hands a task's
+exception back to the worker that sent the task.
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ class OnlineStoreUnavailableError(OnlineStoreError):
         self.service = service
         self.detail = detail
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.service, self.detail), self.__dict__
+
 
 class EventError(FeatureflowError):
     """An event could not be used; names the field and the reason."""
@@ -62,6 +68,9 @@ class EventError(FeatureflowError):
         super().__init__(f"field {field!r}: {reason}")
         self.field = field
         self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.field, self.reason), self.__dict__
 
 
 class RepoError(FeatureflowError):
@@ -98,6 +107,9 @@ class SchemaParseError(SchemaError):
         self.line = line
         self.expected = expected
 
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (self.file, self.line, self.expected), self.__dict__
+
 
 class SchemaMismatchError(SchemaError):
     """The schema gate refused: schemas and Feast disagree. ``report`` holds every check."""
@@ -105,6 +117,9 @@ class SchemaMismatchError(SchemaError):
     def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (str(self), self.report), self.__dict__
 
 
 class MetricsUnavailableError(JobError):
@@ -123,3 +138,6 @@ class CheckpointLockedError(JobError):
     def __init__(self, message: str, holder: object) -> None:
         super().__init__(message)
         self.holder = holder
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return type(self), (str(self), self.holder), self.__dict__
