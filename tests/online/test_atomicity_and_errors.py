@@ -193,7 +193,7 @@ def test_redis_concurrent_newer_write_is_not_overwritten(
 
     monkeypatch.setattr(redis_writer, "_newer", decide_then_race)
     monkeypatch.setattr(redis_writer, "OPTIMISTIC", False)  # the per-chunk decisions
-    monkeypatch.setattr(redis_writer, "RESTORE_NEW", False)  # for new entities too
+    monkeypatch.setattr(redis_writer, "RESTORE", False)  # HSET for every entity
     stats = write(store, VIEW, _table(range(3), 5_000, 5.0))
     assert len(calls) == 3  # our first decision, the racing write's, our retry
     assert (stats.written, stats.skipped) == (2, 1)
@@ -220,7 +220,7 @@ def test_redis_race_in_a_chunk_with_the_next_chunk_already_watched(
 
     monkeypatch.setattr(redis_writer, "_newer", decide_then_race)
     monkeypatch.setattr(redis_writer, "OPTIMISTIC", False)  # the per-chunk decisions
-    monkeypatch.setattr(redis_writer, "RESTORE_NEW", False)  # for new entities too
+    monkeypatch.setattr(redis_writer, "RESTORE", False)  # HSET for every entity
     stats = write(store, VIEW, _table(range(n), 5_000, 5.0))
     assert len(calls) == 5  # chunk 0, the racing write, chunk 0 again, chunks 1 and 2
     assert (stats.written, stats.skipped) == (n - 1, 1)

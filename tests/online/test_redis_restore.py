@@ -22,7 +22,7 @@ from feast.infra.online_stores.redis import RedisOnlineStoreConfig
 from feast.types import Float32, Float64, Int64, String
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from online_helpers import VIEW, make_store, read, redis_client, redis_store
+from online_helpers import VIEW, make_store, read, redis_client, redis_hashes, redis_store
 
 import featureflow.online.redis as redis_writer
 from featureflow.online import _bytes as B
@@ -95,7 +95,8 @@ def test_payloads_restore_exactly_as_hset_makes_them(redis_url: str,
 
 def test_new_entities_are_restored_and_read_by_feast(tmp_path: Path, redis_url: str) -> None:
     """A first write creates every hash by RESTORE (no HSET), with the view's TTL; Feast
-    reads them; the next write (all exist) asks EXISTS once, of a sample, and updates."""
+    reads them; the next write (all exist) asks EXISTS once, of a sample, and replaces
+    every hash by RESTORE ... REPLACE (its layout is exactly the write's), TTL renewed."""
     db = 14
     host, port = redis_url.split(":")
     redis.Redis(host=host, port=int(port), db=db).flushdb()
@@ -118,19 +119,26 @@ def test_new_entities_are_restored_and_read_by_feast(tmp_path: Path, redis_url: 
     stats = write(store, VIEW, _table(ids, 2_000, 7.0))
     assert (stats.written, stats.skipped) == (len(ids), 0)
     assert calls("exists") == 1  # the sample; no key-by-key search
-    assert calls("restore") == 0
+    assert calls("restore") == len(ids)
+    assert calls("hset") == 0
     assert read(store, ids[-3:], ["amount"])["amount"] == [7.0 + i for i in ids[-3:]]
+    client.expire(next(iter(client.scan_iter(count=1_000))), 10)
+    write(store, VIEW, _table(ids, 3_000, 9.0))
+    ttls = [client.ttl(key) for key in list(client.scan_iter(count=1_000))[:20]]
+    assert all(3_500 < ttl <= 3_600 for ttl in ttls)
 
 
 def test_mixed_batch_restores_only_absent_entities(tmp_path: Path, redis_url: str) -> None:
-    """Existing entities keep the newer-or-equal rule; only absent ones are restored."""
+    """Existing entities keep the newer-or-equal rule: absent ones are restored, older
+    ones replaced by RESTORE ... REPLACE, the newer one left alone."""
     store = redis_store(tmp_path, redis_url, features=FEATURES)
     write(store, VIEW, _table(list(range(0, 200, 2)), 5_000, 1.0))  # even ids exist
     write(store, VIEW, _table([1], 9_000, 1.0))  # id 1 exists, newer than what follows
     calls = _calls(store)
     stats = write(store, VIEW, _table(list(range(200)), 6_000, 2.0))
     assert (stats.written, stats.skipped) == (199, 1)
-    assert calls("restore") == 99  # the odd ids but 1
+    assert calls("restore") == 199  # 99 absent (the odd ids but 1), 100 older (the even)
+    assert calls("hset") == 0  # id 1 was decided in the script, as stale
     got = read(store, list(range(200)), ["amount", "count"])
     assert got["amount"] == [1.0 + 1 if i == 1 else 2.0 + i for i in range(200)]
     assert got["count"] == [9_000 if i == 1 else 6_000 for i in range(200)]
@@ -283,7 +291,7 @@ def test_refused_payloads_fall_back_to_hset_and_the_server_is_probed_again(
     store = acl.store
     since = acl.since()  # the probe passes: new entities are restored
     assert write(store, VIEW, _table(list(range(100, 110)), 1_000, 0.5)).written == 10
-    assert since("restore") == 1 + 10  # the probe's and the entities'
+    assert since("restore") == 2 + 10  # the probe's RESTORE and its script's; the entities'
     assert since("hset") == 1  # the probe's
 
     acl.admin.execute_command("ACL", "SETUSER", acl.user, "-restore")
@@ -311,3 +319,119 @@ def test_refused_payloads_fall_back_to_hset_and_the_server_is_probed_again(
     assert "refused a RESTORE" not in caplog.text
     assert read(store, list(range(20, 30)), ["amount"])["amount"] == [
         4.0 + i for i in range(20, 30)]
+
+
+def _key(store: FeatureStore, uid: int) -> bytes:
+    """Feast's Redis key of entity ``uid``."""
+    from feast.infra.online_stores.helpers import _redis_key
+    from feast.protos.feast.types.EntityKey_pb2 import EntityKey
+    from feast.protos.feast.types.Value_pb2 import Value
+    entity = EntityKey(join_keys=["uid"], entity_values=[Value(int64_val=uid)])
+    return _redis_key(store.config.project, entity,
+                      entity_key_serialization_version=store.config.entity_key_serialization_version)
+
+
+_TWISTS = ("none", "foreign field", "ttl", "missing feature", "orphan field")
+
+
+def _twist(client: redis.Redis, key: bytes, twist: str) -> None:
+    """What other writers may have left in an entity's hash, or on its key."""
+    if twist == "foreign field":  # a field of a view not in the write
+        client.hset(key, mapping={b"_ts:other_view": b"\x08\x01", b"\x01\x02\x03\x04": b"5"})
+    elif twist == "ttl":
+        client.expire(key, 5_000)
+    elif twist == "missing feature":  # e.g. a feature added to the view since
+        client.hdel(key, _mmh3_field("amount"))
+    elif twist == "orphan field":  # e.g. a feature removed from the view since
+        client.hset(key, _mmh3_field("removed"), b"5")
+
+
+def _mmh3_field(feature: str) -> bytes:
+    from feast.infra.online_stores.helpers import _mmh3
+    return _mmh3(f"{VIEW}:{feature}")
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from([None, 1_000, 2_000, 3_000]), st.sampled_from(_TWISTS)),
+                min_size=1, max_size=12))
+def test_replaced_hashes_equal_what_hset_leaves(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str, monkeypatch: pytest.MonkeyPatch,
+    entities: list[tuple[int | None, str]],
+) -> None:
+    """The oracle is the checked HSET path (``RESTORE`` off): whatever each entity's hash
+    held before (nothing; an older, equal or newer row; other views' fields, a TTL, a
+    feature field missing or one more), the write with payloads leaves every hash, every
+    key's TTL (set or not) and the counts exactly as HSET does."""
+    ids = list(range(len(entities)))
+    results = []
+    for restore in (True, False):
+        store = redis_store(tmp_path_factory.mktemp("replace"), redis_url, features=FEATURES)
+        client = redis_client(store)
+        for uid, (second, twist) in enumerate(entities):
+            if second is not None:
+                write(store, VIEW, _table([uid], second, -1.0))
+                _twist(client, _key(store, uid), twist)
+        with monkeypatch.context() as patch:
+            patch.setattr(redis_writer, "RESTORE", restore)
+            stats = write(store, VIEW, _table(ids, 2_000, 0.5))
+        results.append(({key: (fields, client.ttl(key) > 0)
+                          for key, fields in redis_hashes(store).items()},
+                         (stats.written, stats.skipped)))
+    assert results[0] == results[1]
+
+
+def test_refused_replacements_fall_back_to_hset_and_the_server_is_probed_again(
+    acl_store: Callable[[str], _AclStore], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Existing hashes whose RESTORE ... REPLACE the server refuses inside the script (the
+    RESTORE right revoked after the probe passed): every entity still lands, by HSET,
+    with one warning naming the refusal, and the next write probes the server again."""
+    monkeypatch.setattr(redis_writer, "_refusals", set())
+    acl = acl_store("")
+    store = acl.store
+    ids = list(range(10))
+    assert write(store, VIEW, _table(ids, 1_000, 0.5)).written == 10
+    since = acl.since()
+    assert write(store, VIEW, _table(ids, 2_000, 1.5)).written == 10
+    assert since("restore") == 10  # replaced
+    assert since("hset") == 0
+
+    acl.admin.execute_command("ACL", "SETUSER", acl.user, "-restore")
+    since = acl.since()
+    with caplog.at_level("WARNING", logger="featureflow.online.redis"):
+        stats = write(store, VIEW, _table(ids, 3_000, 2.5))
+    assert (stats.written, stats.skipped) == (10, 0)
+    assert since("restore:rejected") == 10
+    assert since("hset") == 10
+    assert caplog.text.count("refused a RESTORE ... REPLACE") == 1
+    assert "can't run this command" in caplog.text  # the server's own reason
+    assert read(store, ids, ["amount"])["amount"] == [2.5 + i for i in ids]
+
+    since = acl.since()
+    assert write(store, VIEW, _table(ids, 4_000, 3.5)).written == 10
+    assert since("dump") == 1  # probed again: refused, so no payload is sent
+    assert since("restore:rejected") == 1
+    assert since("hset") == 1 + 10
+    assert read(store, ids, ["amount"])["amount"] == [3.5 + i for i in ids]
+
+
+@pytest.mark.parametrize("denied", ["-hlen", "-pttl"])
+def test_user_whose_scripts_may_not_check_the_layout_gets_hset(
+    acl_store: Callable[[str], _AclStore], denied: str,
+) -> None:
+    """A user who may RESTORE but whose scripts may not run the replacing script's checks
+    (``HLEN``, ``PTTL``) fails the probe's run of that script: every entity, new or
+    existing, goes by HSET, and the writer does not probe again."""
+    acl = acl_store(denied)
+    store = acl.store
+    since = acl.since()
+    assert write(store, VIEW, _table(list(range(10)), 1_000, 0.5)).written == 10
+    assert since("restore") == 1  # the probe's own; its script was refused
+    assert since("hset") == 1 + 10
+    since = acl.since()
+    assert write(store, VIEW, _table(list(range(10)), 2_000, 1.5)).written == 10
+    assert since("restore") == since("dump") == 0
+    assert since("hset") == 10
+    assert read(store, list(range(10)), ["amount"])["amount"] == [1.5 + i for i in range(10)]

@@ -133,3 +133,29 @@ def test_more_entities_than_one_block_of_commands(tmp_path: Path, redis_url: str
     for view, table in tables.items():
         assert stats[view].written == write(apart, view, table).written == table.num_rows
     assert redis_hashes(together) == redis_hashes(apart)
+
+
+def test_a_stream_steady_state_replaces_each_hash_in_one_restore(
+    tmp_path: Path, redis_url: str
+) -> None:
+    """Every entity with a newer row of every view (a stream's steady state) is replaced
+    by one RESTORE ... REPLACE of the whole hash, no HSET; one whose hash misses a view
+    of the write (entity 0: rolling only, before) or that the write brings only one view
+    for (entity 1) goes by HSET and keeps the other view's fields."""
+    store = _store(tmp_path, redis_url)
+    client = redis_client(store)
+    ids = list(range(300))
+    write_views(store, {"rolling": _table("rolling", [(u, 1, 0) for u in ids]),
+                        "sessions": _table("sessions", [(u, 1, 0) for u in ids[1:]])})
+    before = {k: int(v["calls"]) for k, v in client.info("commandstats").items()}
+    stats = write_views(store, {"rolling": _table("rolling", [(u, 2, 0) for u in ids]),
+                                "sessions": _table("sessions", [(u, 2, 0) for u in ids
+                                                                if u != 1])})
+    calls = {k: int(v["calls"]) - before.get(k, 0) for k, v in client.info("commandstats").items()}
+    assert (stats["rolling"].written, stats["sessions"].written) == (300, 299)
+    assert calls.get("cmdstat_restore") == 298
+    assert calls.get("cmdstat_hset") == 2
+    online = store.get_online_features(features=["rolling:count", "sessions:events"],
+                                       entity_rows=[{"uid": u} for u in (0, 1, 2)]).to_dict()
+    assert online["count"] == [u * 7 + 2 * 3 + 1 for u in (0, 1, 2)]
+    assert online["events"] == [0 * 7 + 2 * 3 + 1, 1 * 7 + 1 * 3 + 1, 2 * 7 + 2 * 3 + 1]

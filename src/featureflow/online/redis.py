@@ -6,7 +6,8 @@ Layout (``feast.infra.online_stores.redis``): one hash per entity at key
 the field ``_ts:{view}`` holds the event time as a serialised
 ``google.protobuf.Timestamp``.
 
-Ordering and atomicity, per chunk of ``CHUNK`` entities (optimistic locking):
+Ordering and atomicity of the checked path, per chunk of ``CHUNK`` entities (optimistic
+locking):
 ``WATCH`` the chunk's keys, let one small Lua call that only reads
 (:data:`LUA_DECIDE`) compare their stored ``_ts`` with the new event times and
 answer one byte per entity, keep the entities whose new event time is not older
@@ -30,7 +31,7 @@ above. A stream's steady state (every row newer) then costs no round trip per
 chunk; a replay of old rows sends its HSETs twice (queued and discarded, then
 decided per chunk).
 
-New entities first (``RESTORE_NEW``): a write asks ``EXISTS`` of a sample of its keys
+New entities first (``RESTORE``): a write asks ``EXISTS`` of a sample of its keys
 and, when some are absent, of every key; each absent entity's hash is then created
 whole by ``RESTORE`` without ``REPLACE`` from a payload built here
 (:mod:`featureflow.online.redis_dump`), which the server copies as it is, and which
@@ -43,6 +44,21 @@ Redis 7.0, 100 k new entities of 19 fields: 0.17-0.25 s of server CPU against
 0.40-0.47 s for plain ``HSET``s (the floor), and the write's wall time 0.74-0.77x
 the floor's; a stream's steady state (every sampled key exists) pays one ``EXISTS``
 round trip per write.
+
+Existing entities next (``RESTORE``, :func:`_replace_existing`): one :data:`LUA_REPLACE`
+call per ``CHUNK`` keys carries each entity's new event times, its payload's field count
+and the payload, and replaces the hash by ``RESTORE ... REPLACE`` only where that leaves
+exactly what ``HSET`` of the same fields would: no view's stored ``_ts`` newer than its
+row, no ``_ts`` of a view without a row, as many fields stored as the payload holds, and
+(no TTL to set) no TTL on the key. The check and the replacement of an entity happen in
+one script, so no other client comes between them. Every other entity (a stale row,
+fields of other views or of removed features, a TTL to keep) takes the checked path
+above. Each payload is one Lua string: the values never pass through Lua one by one
+(the cost of that is below). Measured on Redis 7.0, 100 k updates of 19 fields on the
+loaded 2-vCPU machine, same minutes: 0.83-0.89 s of server CPU against 1.42-1.68 s for
+the checked path (client CPU 0.62-0.78 s against 0.52-0.60 s); per entity in the script,
+``RESTORE`` 1.1 µs, ``HLEN`` 0.9, ``HMGET`` 0.2, ``PTTL`` 0.1, the rest (Lua and its
+arguments) ~5.7.
 
 Several views at once (``write_views``, the stream job's one write per topic): each
 entity gets one ``HSET`` holding the fields of every view with a row for it; the Lua
@@ -132,15 +148,9 @@ waits for its decision (one round trip per chunk per lane)."""
 RETRIES = 20
 """Times a chunk is re-read and re-decided when concurrent writers touched its keys."""
 
-LUA_DECIDE = r"""
--- KEYS[1]: the write's guard key; KEYS[2 ..]: entity hash keys. ARGV[1]: "1" guarded,
--- "0" not; ARGV[2]: the number of views V; ARGV[3 .. 2 + V]: their _ts fields; then per
--- key, per view: the new event time's whole seconds and nanoseconds ("" seconds: the
--- write has no row of that view for the key). Returns one byte per (key, view): "1"
--- where the new row is not older than the stored _ts (or none is stored), else "0".
--- Stored times are google.protobuf.Timestamp bytes. Guarded (the client WATCHes the
--- guard and has queued every HSET of the chunk after this call): unless every row is
--- newer, and on any error, the script writes the guard, so the chunk's EXEC aborts.
+_LUA_NEWER = r"""
+-- newer(old, sec, nanos): whether an event at sec.nanos is not older than the stored
+-- google.protobuf.Timestamp bytes old (equal replaces).
 local function varint(str, k)
   local value, scale, start = 0, 1, k
   while true do
@@ -161,6 +171,27 @@ local function varint(str, k)
   end
   return value, k
 end
+local function newer(old, sec, nanos)
+  local s, ns, k = 0, 0, 1
+  while k <= #old do
+    local tag = string.byte(old, k)
+    local v
+    v, k = varint(old, k + 1)
+    if tag == 8 then s = v elseif tag == 16 then ns = v end
+  end
+  return sec > s or (sec == s and nanos >= ns)
+end
+"""
+
+LUA_DECIDE = _LUA_NEWER + r"""
+-- KEYS[1]: the write's guard key; KEYS[2 ..]: entity hash keys. ARGV[1]: "1" guarded,
+-- "0" not; ARGV[2]: the number of views V; ARGV[3 .. 2 + V]: their _ts fields; then per
+-- key, per view: the new event time's whole seconds and nanoseconds ("" seconds: the
+-- write has no row of that view for the key). Returns one byte per (key, view): "1"
+-- where the new row is not older than the stored _ts (or none is stored), else "0".
+-- Guarded (the client WATCHes the guard and has queued every HSET of the chunk after
+-- this call): unless every row is newer, and on any error, the script writes the guard,
+-- so the chunk's EXEC aborts.
 local function decide()
   local views = tonumber(ARGV[2])
   local fields = {}
@@ -176,18 +207,7 @@ local function decide()
       local flag = '0'
       if sec then
         local old = stored[j]
-        if not old then
-          flag = '1'
-        else
-          local s, ns, k = 0, 0, 1
-          while k <= #old do
-            local tag = string.byte(old, k)
-            local v
-            v, k = varint(old, k + 1)
-            if tag == 8 then s = v elseif tag == 16 then ns = v end
-          end
-          if sec > s or (sec == s and nanos >= ns) then flag = '1' end
-        end
+        if not old or newer(old, sec, nanos) then flag = '1' end
         if flag == '0' then all = false end
       end
       out[#out + 1] = flag
@@ -205,6 +225,55 @@ return flags
 the client gets one byte per decision instead of the stored timestamps to decode
 (measured: decoding them in numpy, chunk by chunk, was ~0.5 s of client CPU per 100 k
 entities, more than half of Redis's own time for the write)."""
+
+LUA_REPLACE = _LUA_NEWER + r"""
+-- KEYS: entity hash keys. ARGV[1]: the TTL in ms ("0": none); ARGV[2]: the number of
+-- views V; ARGV[3 .. 2 + V]: their _ts fields; then per key: the number of fields its
+-- payload holds, per view the new event time's whole seconds and nanoseconds ("" seconds:
+-- no row of that view for the key), its RESTORE payload. Per key, the payload replaces
+-- the hash (RESTORE ... REPLACE) only when that changes nothing but what HSET of the
+-- same fields would: every view with a row has a stored _ts not newer than the row's,
+-- every view without one has none stored, the hash holds as many fields as the payload,
+-- and (no TTL given) the key has no TTL to keep. Returns one byte per key ("1" replaced,
+-- "0" left alone, "e" RESTORE refused the payload) and the first refusal's message.
+local ttl, views = ARGV[1], tonumber(ARGV[2])
+local fields = {}
+for j = 1, views do fields[j] = ARGV[2 + j] end
+local per = 2 * views + 2
+local out, refusal = {}, ''
+for i = 1, #KEYS do
+  local at = 3 + views + (i - 1) * per
+  local key = KEYS[i]
+  local ok = redis.call('HLEN', key) == tonumber(ARGV[at])
+  if ok then
+    local stored = redis.call('HMGET', key, unpack(fields))
+    for j = 1, views do
+      local sec = tonumber(ARGV[at + 2 * j - 1])
+      local old = stored[j]
+      if sec then
+        ok = ok and old and newer(old, sec, tonumber(ARGV[at + 2 * j]))
+      else
+        ok = ok and not old
+      end
+    end
+  end
+  if ok and ttl == '0' then ok = redis.call('PTTL', key) == -1 end
+  local flag = '0'
+  if ok then
+    local done = redis.pcall('RESTORE', key, ttl, ARGV[at + per - 1], 'REPLACE')
+    if type(done) == 'table' and done.err then
+      flag = 'e'
+      if refusal == '' then refusal = done.err end
+    else
+      flag = '1'
+    end
+  end
+  out[i] = flag
+end
+return {table.concat(out), refusal}
+"""
+"""Replaces, per chunk, the hashes of existing entities whose stored layout is exactly the
+write's, with one ``RESTORE ... REPLACE`` each (see :func:`_replace_existing`)."""
 
 _stores: dict[str, RedisOnlineStore] = {}
 _stores_lock = threading.Lock()
@@ -321,9 +390,16 @@ def write_views(
         msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
         raise OnlineStoreError(msg) from exc
     written = np.zeros(len(todo), dtype=np.int64)
-    version = restore_version(client, config.connection_string) if RESTORE_NEW else None
+    version = restore_version(client, config.connection_string) if RESTORE else None
     if version is not None:
         written, todo = _create_absent(client, config, todo, project_bytes, ttl, version)
+        left = [k for k, (_, batch) in enumerate(todo) if batch.n]
+        if left:
+            replaced, rest_of = _replace_existing(client, config, [todo[k] for k in left],
+                                                  project_bytes, ttl, version)
+            written[left] += replaced
+            for k, view in zip(left, rest_of, strict=True):
+                todo[k] = view
     rest = [k for k, (_, batch) in enumerate(todo) if batch.n]
     if rest:
         written[rest] += _check_and_set(client, config, [todo[k] for k in rest], sha,
@@ -382,9 +458,11 @@ def _check_and_set(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
     return written
 
 
-RESTORE_NEW = True
-"""Whether a write creates the hashes of entities absent from Redis with ``RESTORE``
-(see :func:`_create_absent`) where the server passed :func:`restore_version`'s check."""
+RESTORE = True
+"""Whether a write uses ``RESTORE`` payloads where the server passed
+:func:`restore_version`'s check: to create the hashes of absent entities
+(:func:`_create_absent`) and to replace those whose layout is exactly the write's
+(:func:`_replace_existing`). Off: every entity goes the checked ``HSET`` way."""
 
 SAMPLE = 128
 """Keys a write asks ``EXISTS`` about before looking for absent entities at all: when
@@ -402,7 +480,9 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
     ``ValueProto``, an empty value) is made by ``HSET`` and, under another key, by
     ``RESTORE``; both must ``DUMP`` to the same bytes. The probe keys are deleted. A
     lost connection during the probe answers ``None`` for this write only; a refusal
-    of a later payload (:func:`_restored`) makes the next write probe again."""
+    of a later payload (:func:`_payload_refused`) makes the next write probe again.
+    The probe also runs :data:`LUA_REPLACE` on the restored hash (it must replace it), so
+    a user whose scripts may not call ``HLEN``, ``PTTL`` or ``RESTORE`` gets ``HSET``."""
     with _stores_lock:
         if connection_string in _versions:
             return _versions[connection_string]
@@ -418,9 +498,15 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
         cells = [B.Packed(np.frombuffer(cell, np.uint8), np.array([0, len(cell)], np.int64))
                  for pair in fields for cell in pair]
         made = D.payloads(D.entry_parts(cells), np.array([len(cells)], np.int64), candidate)
-        client.restore(probe + b":restore", 0, made.to_pylist()[0])
+        payload = made.to_pylist()[0]
+        client.restore(probe + b":restore", 0, payload)
         if client.dump(probe + b":restore") == dump:
-            version = candidate
+            # the replacing script runs the user's commands too (HLEN, PTTL, RESTORE)
+            replaced = client.eval(LUA_REPLACE, 1, probe + b":restore", b"0", b"1",
+                                   fields[0][0], b"%d" % len(fields), b"1700000000",
+                                   b"123456000", payload)
+            if replaced == [b"1", b""]:
+                version = candidate
     except (ResponseError, IndexError):
         version = None
     except RedisError:
@@ -460,10 +546,8 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
     except RedisError as exc:
         msg = f"Redis at {redis_address(config.connection_string)} failed EXISTS: {exc}"
         raise OnlineStoreError(msg) from exc
-    fields = [[f"_ts:{name}".encode(), *(_mmh3(f"{name}:{feature}") for feature in batch.features)]
-              for name, batch in views]
-    names = [name for view_fields in fields for name in view_fields]
-    if len(set(names)) < len(names):  # two views' field hashes collide: HSET's way only
+    fields = _hash_fields(views)
+    if fields is None:
         return created, views
     keys = B.concat(_bulk([union, B.const(project, n)]))
     ttl_arg = _resp_args([b"%d" % (ttl * 1000)])
@@ -505,15 +589,136 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
         raise
     finally:
         pool.release(conn)
+    return _without(views, rows, done)
+
+
+def _hash_fields(views: list[tuple[str, Batch]]) -> list[list[bytes]] | None:
+    """Per view, the hash fields of its rows: ``_ts:<view>``, then each feature's
+    ``mmh3("<view>:<feature>")``; ``None`` when two of them collide (HSET's way only)."""
+    fields = [[f"_ts:{name}".encode(), *(_mmh3(f"{name}:{feature}") for feature in batch.features)]
+              for name, batch in views]
+    names = [name for view_fields in fields for name in view_fields]
+    return fields if len(set(names)) == len(names) else None
+
+
+def _without(views: list[tuple[str, Batch]], rows: npt.NDArray[np.int64],
+             done: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.int64], list[tuple[str, Batch]]]:
+    """(per view, the rows of the entities ``done`` marks; each view's batch without them).
+    ``rows``: per entity of the write's union (:func:`_union`) and view, its row (-1: none)."""
+    counts = np.zeros(len(views), dtype=np.int64)
     remaining = []
     for v, (name, batch) in enumerate(views):
         mine = rows[done, v]
         mine = mine[mine >= 0]
-        created[v] = len(mine)
+        counts[v] = len(mine)
         keep = np.ones(batch.n, dtype=bool)
         keep[mine] = False
         remaining.append((name, batch if keep.all() else reorder(batch, np.flatnonzero(keep))))
-    return created, remaining
+    return counts, remaining
+
+
+def _replace_existing(client, config: RedisOnlineStoreConfig,  # type: ignore[no-untyped-def]
+                      views: list[tuple[str, Batch]], project: bytes, ttl: int, version: bytes,
+                      ) -> tuple[npt.NDArray[np.int64], list[tuple[str, Batch]]]:
+    """Replace the hashes of existing entities whose stored layout is exactly the write's
+    with one ``RESTORE ... REPLACE`` each (:data:`LUA_REPLACE`, ``CHUNK`` keys per call);
+    returns (entities written per view, each view's rows still to write).
+
+    The script replaces an entity's hash only when every view with a row for it holds a
+    stored ``_ts`` not newer than the row's, no view without a row holds one, the hash
+    has as many fields as the payload, and, without a TTL to set, the key has none to
+    keep: then ``RESTORE ... REPLACE`` leaves what ``HSET`` of the same fields would
+    (checked and replaced inside one script, so no other client comes between). Every
+    other entity (a stale row, fields of other views or of removed features, a TTL,
+    values the payload cannot hold) takes the checked ``HSET`` path. What this check
+    cannot tell apart: a hash lacking k of the payload's fields and holding k fields of
+    a view not in the write (its ``_ts`` not among the write's): only after a view
+    gained features, and a view outside the write shares the entity, in equal numbers.
+
+    Measured on Redis 7.0 (100 k entities x 19 fields, updates): the server's CPU
+    about that of plain ``HSET``s of the same fields, against ~2x for the checked path
+    (WATCH, the decision script, MULTI, HSET, EXEC); a stream's updates take this path."""
+    n_views = len(views)
+    fields = _hash_fields(views)
+    if fields is None:
+        return np.zeros(n_views, dtype=np.int64), views
+    union, rows = _union(views)
+    n = union.n
+    present = rows >= 0
+    counts = present.astype(np.int64) @ np.array([len(f) for f in fields], dtype=np.int64)
+    seconds, nanos = _event_times(views, rows)
+    times = _time_args(seconds, nanos, present)
+    keys = B.concat(_bulk([union, B.const(project, n)]))
+    fixed = _resp_args([b"%d" % (ttl * 1000), b"%d" % n_views, *(f[0] for f in fields)])
+    per_key = 2 * n_views + 2
+    try:
+        sha = client.script_load(LUA_REPLACE).encode()
+    except RedisError as exc:
+        msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
+        raise OnlineStoreError(msg) from exc
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    replies = _Replies(conn._sock)
+    done = np.zeros(n, dtype=bool)
+    sent: list[list[npt.NDArray[np.int64]]] = []
+    try:
+        for lo in [*range(0, n, PLAN_BLOCK), None]:  # None: read the last replies
+            if lo is not None:
+                block = np.arange(lo, min(lo + PLAN_BLOCK, n))
+                positions, payloads = _payloads(views, fields, rows[block], version)
+                chosen = block[positions]
+                args = B.concat([*_bulk([B.ascii_decimal(counts[chosen])]),
+                                 B.take(times, chosen), *_bulk([payloads])])
+                chosen_keys = B.take(keys, chosen)
+                packet: list[bytes | memoryview] = []
+                chunks = []
+                for at in range(0, len(chosen), CHUNK):
+                    end = min(at + CHUNK, len(chosen))
+                    size = end - at
+                    packet += [b"*%d\r\n%s" % (5 + n_views + size * (1 + per_key),
+                                                _resp_args([b"EVALSHA", sha, b"%d" % size])),
+                               _span(chosen_keys.rows(at, end)), fixed,
+                               _span(args.rows(at, end))]
+                    chunks.append(chosen[at:end])
+                if packet:
+                    replies.send(packet)
+                sent.append(chunks)
+            if len(sent) > (lo is not None):
+                for chunk in sent.pop(0):
+                    reply = replies.next()
+                    if isinstance(reply, ResponseError):  # these entities: the HSET path
+                        _payload_refused(config, f"replacing script ({reply})")
+                        continue
+                    decided, refusal = reply[0], reply[1]  # type: ignore[index]
+                    done[chunk] = np.frombuffer(decided, dtype=np.uint8) == ord("1")
+                    if refusal:
+                        _payload_refused(config, "RESTORE ... REPLACE of an entity's hash "
+                                         f"({refusal.decode(errors='replace')})")
+    except (RedisError, OSError) as exc:
+        conn.disconnect()
+        msg = (f"Redis write to {redis_address(config.connection_string)} failed after "
+               f"{int(done.sum())} entities; every entity is either fully old or fully new. "
+               f"Retry the batch: {exc}")
+        raise OnlineStoreError(msg) from exc
+    except BaseException:
+        conn.disconnect()
+        raise
+    finally:
+        pool.release(conn)
+    return _without(views, rows, done)
+
+
+def _payload_refused(config: RedisOnlineStoreConfig, what: str) -> None:
+    """A payload the server refused: the server is probed again by the next write
+    (:func:`restore_version`; e.g. a server replaced by an older one), and the refusal
+    is logged once per server. The entities go the ``HSET`` way all the same."""
+    with _stores_lock:
+        _versions.pop(config.connection_string, None)
+    address = redis_address(config.connection_string)
+    if address not in _refusals:
+        _refusals.add(address)
+        _log.warning("Redis at %s refused a %s; such entities are written with HSET instead",
+                     address, what)
 
 
 def _restored(reply: object, config: RedisOnlineStoreConfig) -> bool:
@@ -523,13 +728,7 @@ def _restored(reply: object, config: RedisOnlineStoreConfig) -> bool:
     if not isinstance(reply, ResponseError):
         return True
     if not str(reply).startswith("BUSYKEY"):
-        with _stores_lock:  # e.g. a server replaced by an older one: the next write asks again
-            _versions.pop(config.connection_string, None)
-        address = redis_address(config.connection_string)
-        if address not in _refusals:
-            _refusals.add(address)
-            _log.warning("Redis at %s refused a RESTORE of a new entity's hash (%s); such "
-                         "entities are written with HSET instead", address, reply)
+        _payload_refused(config, f"RESTORE of a new entity's hash ({reply})")
     return False
 
 
@@ -702,13 +901,8 @@ class _Plan:
         union, rows = _union([(name, batch) for (name, _), batch
                               in zip(views, batches, strict=True)])
         n = union.n
-        seconds = np.zeros((n, len(views)), dtype=np.int64)
-        nanos = np.zeros((n, len(views)), dtype=np.int64)
-        for v, batch in enumerate(batches):
-            mine = np.flatnonzero(rows[:, v] >= 0)
-            micros = batch.event_micros[rows[mine, v]]
-            seconds[mine, v] = micros // 1_000_000
-            nanos[mine, v] = (micros % 1_000_000) * 1_000
+        seconds, nanos = _event_times([(name, batch) for (name, _), batch
+                                       in zip(views, batches, strict=True)], rows)
         keys = B.concat(_bulk([union, B.const(project, n)]))
         pairs = [1 + len(f) for f in fields]
         plan = cls(keys, keys, ts_fields, pairs, segments, rows,
@@ -761,6 +955,20 @@ class _Plan:
     def partial(self, entities: npt.NDArray[np.int64], views: npt.NDArray[np.bool_]) -> bytes:
         """The commands of ``entities`` (each with at least one view marked in ``views``)."""
         return _span(self._commands(entities, views)).tobytes()
+
+
+def _event_times(views: list[tuple[str, Batch]], rows: npt.NDArray[np.int64]
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """(entities, views) event times of each entity's row per view (``rows``, -1: none):
+    whole seconds since the epoch (floor) and the nanoseconds past them; 0 where none."""
+    seconds = np.zeros(rows.shape, dtype=np.int64)
+    nanos = np.zeros(rows.shape, dtype=np.int64)
+    for v, (_, batch) in enumerate(views):
+        mine = np.flatnonzero(rows[:, v] >= 0)
+        micros = batch.event_micros[rows[mine, v]]
+        seconds[mine, v] = micros // 1_000_000
+        nanos[mine, v] = (micros % 1_000_000) * 1_000
+    return seconds, nanos
 
 
 def _time_args(seconds: npt.NDArray[np.int64], nanos: npt.NDArray[np.int64],

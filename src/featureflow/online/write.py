@@ -103,9 +103,9 @@ def write(store: FeatureStore, view: str, table: pa.Table) -> WriteStats:
     it wrote. SQLite keeps event times in whole seconds (Feast's layout), so
     there "equal" means the same second.
 
-    SQLite: one transaction, all or nothing. Redis (``redis_type: redis``): each
-    chunk of ``featureflow.online.redis.CHUNK`` entities is applied whole or not
-    at all (MULTI/EXEC), so every entity is all old or all new. Any other store,
+    SQLite: one transaction, all or nothing. Redis (``redis_type: redis``): every
+    entity is all old or all new (its check and write run in one script or one
+    MULTI/EXEC; see :mod:`featureflow.online.redis`). Any other store,
     or a view with types featureflow does not encode, goes to Feast's
     ``write_to_online_store``
     (logged; Feast's writer does not keep the newer value on SQLite).
