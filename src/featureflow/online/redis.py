@@ -551,11 +551,8 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
         return created, views
     keys = B.concat(_bulk([union, B.const(project, n)]))
     ttl_arg = _resp_args([b"%d" % (ttl * 1000)])
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    replies = _Replies(conn._sock)
     done = np.zeros(n, dtype=bool)
-    try:
+    with _connection(client, config, done) as replies:
         replies.send([_span(B.concat([B.const(b"*2\r\n" + _resp_args([b"EXISTS"]), n), keys]))])
         exists = replies.uniform(n, 4, b":")
         absent = (exists[:, 1] == ord("0") if isinstance(exists, np.ndarray)
@@ -578,6 +575,19 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
                 restored = replies.uniform(len(previous), 5, b"+")  # +OK
                 done[previous] = (True if isinstance(restored, np.ndarray)
                                   else [_restored(reply, config) for reply in restored])
+    return _without(views, rows, done)
+
+
+@contextlib.contextmanager
+def _connection(client, config: RedisOnlineStoreConfig,  # type: ignore[no-untyped-def]
+                done: npt.NDArray[np.bool_]) -> Iterator[_Replies]:
+    """The replies of one pooled connection, given back after use. On a failure the
+    connection is dropped (replies may be unread) and a Redis or socket error becomes an
+    ``OnlineStoreError`` that counts the entities ``done`` marks (filled in by the caller)."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        yield _Replies(conn._sock)
     except (RedisError, OSError) as exc:
         conn.disconnect()
         msg = (f"Redis write to {redis_address(config.connection_string)} failed after "
@@ -589,7 +599,6 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
         raise
     finally:
         pool.release(conn)
-    return _without(views, rows, done)
 
 
 def _hash_fields(views: list[tuple[str, Batch]]) -> list[list[bytes]] | None:
@@ -656,12 +665,9 @@ def _replace_existing(client, config: RedisOnlineStoreConfig,  # type: ignore[no
     except RedisError as exc:
         msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
         raise OnlineStoreError(msg) from exc
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    replies = _Replies(conn._sock)
     done = np.zeros(n, dtype=bool)
     sent: list[list[npt.NDArray[np.int64]]] = []
-    try:
+    with _connection(client, config, done) as replies:
         for lo in [*range(0, n, PLAN_BLOCK), None]:  # None: read the last replies
             if lo is not None:
                 block = np.arange(lo, min(lo + PLAN_BLOCK, n))
@@ -694,17 +700,6 @@ def _replace_existing(client, config: RedisOnlineStoreConfig,  # type: ignore[no
                     if refusal:
                         _payload_refused(config, "RESTORE ... REPLACE of an entity's hash "
                                          f"({refusal.decode(errors='replace')})")
-    except (RedisError, OSError) as exc:
-        conn.disconnect()
-        msg = (f"Redis write to {redis_address(config.connection_string)} failed after "
-               f"{int(done.sum())} entities; every entity is either fully old or fully new. "
-               f"Retry the batch: {exc}")
-        raise OnlineStoreError(msg) from exc
-    except BaseException:
-        conn.disconnect()
-        raise
-    finally:
-        pool.release(conn)
     return _without(views, rows, done)
 
 
