@@ -102,6 +102,8 @@ class WorkerMemory(threading.Thread):
     interval_s: float = 0.5
     samples: list[tuple[float, int]] = field(default_factory=list)
     """(monotonic s, summed worker RSS bytes) per sample."""
+    growth_samples: list[int] = field(default_factory=list)
+    """Per sample: the workers' RSS above the baseline, summed over those alive then."""
     peak_by_worker: dict[int, int] = field(default_factory=dict)
     by_worker: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
     """Per worker pid: (monotonic s, RSS bytes) per sample."""
@@ -119,6 +121,8 @@ class WorkerMemory(threading.Thread):
                 self.peak_by_worker[pid] = max(size, self.peak_by_worker.get(pid, 0))
                 self.by_worker.setdefault(pid, []).append((now, size))
             self.samples.append((now, sum(sizes.values())))
+            self.growth_samples.append(
+                sum(max(0, size - self.baseline_bytes) for size in sizes.values()))
 
     def stop(self) -> None:
         self._stopped.set()
@@ -127,14 +131,22 @@ class WorkerMemory(threading.Thread):
     def summary(self) -> dict[str, Any]:
         """Peak summed RSS, the largest worker's peak, the summed RSS in the first and
         last tenth of the samples that saw any worker, the baseline and the workers'
-        growth: each worker's peak above the baseline, summed (MiB). The daemon, which
-        only forks workers, stays under the baseline and adds nothing.
+        growth (MiB). The daemon, which only forks workers, stays under the baseline
+        and adds nothing.
+
+        ``growth_mib`` is the workers' peak growth: the largest, over the samples, of
+        the RSS above the baseline summed over the workers alive at that sample.
+        ``sum_of_peaks_mib`` (each worker's own peak above the baseline, summed) is
+        kept beside it: it adds the peaks of workers that never lived at the same
+        time (Spark forks a new worker when one exits, e.g. after idling) and of
+        peaks at different moments, so it overstates what the machine held.
+        ``workers_seen`` lists each worker: when it was first and last seen (s
+        from the first sample) and its peak RSS (MiB).
 
         ``kept_growth_mib`` is what the workers keep between tasks at the run's end:
         per worker alive then, its lowest RSS in the run's last tenth before the
         job's shutdown (:data:`SHUTDOWN_S`; a worker between tasks holds its state,
-        a batch's transient columns are gone) above the baseline, summed.
-        ``growth_mib`` adds a batch's transient peak to it."""
+        a batch's transient columns are gone) above the baseline, summed."""
         busy = [size for _, size in self.samples if size > 0]
         if not busy:
             return {"samples": 0}
@@ -148,10 +160,18 @@ class WorkerMemory(threading.Thread):
             "first_tenth_mib": round(max(busy[:tenth]) / mib, 1),
             "last_tenth_mib": round(max(busy[-tenth:]) / mib, 1),
             "baseline_mib": round(self.baseline_bytes / mib, 1),
-            "growth_mib": round(
+            "growth_mib": round(max(self.growth_samples) / mib, 1)
+            if self.baseline_bytes else None,
+            "sum_of_peaks_mib": round(
                 sum(max(0, peak - self.baseline_bytes) for peak in self.peak_by_worker.values())
                 / mib, 1,
             ) if self.baseline_bytes else None,
+            "workers_seen": [
+                {"pid": pid, "first_s": round(series[0][0] - self.samples[0][0], 1),
+                 "last_s": round(series[-1][0] - self.samples[0][0], 1),
+                 "peak_mib": round(self.peak_by_worker[pid] / mib, 1)}
+                for pid, series in self.by_worker.items()
+            ],
             "kept_growth_mib": round(self._kept_growth_bytes() / mib, 1)
             if self.baseline_bytes else None,
         }
