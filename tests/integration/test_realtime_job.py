@@ -64,6 +64,7 @@ def test_job_writes_online_features_equal_to_duckdb(
     assert metrics[0]["events"] == len(events)
     assert sum(metrics[0]["dead_letters"].values()) == len(BAD_RECORDS)
     assert metrics[0]["freshness_p99_s"] >= metrics[0]["freshness_p50_s"] > 0
+    assert sum(metrics[0]["freshness_buckets"].values()) == len(events)  # every event, once
     # Where the batch's time went: the driver's Spark jobs and the executors' phases.
     phases = metrics[0]["phases_s"]
     assert {"pass", "dead_letters", "executors_compute"} <= set(phases)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 import numpy as np
@@ -11,10 +12,13 @@ from hypothesis import strategies as st
 
 from featureflow.spark.metrics import (
     FRESHNESS_EDGES_S,
+    PROMETHEUS_FRESHNESS_EDGES,
     BatchReport,
     PrometheusExporter,
+    bucket_array,
     freshness_histogram,
     histogram_quantile,
+    nonempty_buckets,
 )
 
 
@@ -40,6 +44,27 @@ def test_histograms_merge_by_adding() -> None:
     merged = np.sum([a, b], axis=0)
     assert histogram_quantile(merged, 0.5) == histogram_quantile(b, 0.5)
     assert histogram_quantile([0] * len(a), 0.5) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(batches=st.lists(st.lists(st.one_of(st.floats(0.0, 1e8), st.sampled_from(
+    [float(edge) for edge in FRESHNESS_EDGES_S[::7]])), max_size=50), min_size=1, max_size=6))
+def test_metrics_lines_buckets_add_up_to_the_histogram_of_all_events(
+        batches: list[list[float]]) -> None:
+    """Each batch's buckets, through its JSON line, summed: the histogram of every event
+    of the batches (lags on bucket edges, past the last edge, and 0 included)."""
+    now = 2_000_000_000 * 10**9
+    lines, every = [], []
+    for batch_id, lags_s in enumerate(batches):
+        event_ns = np.array([now - int(lag * 1e9) for lag in lags_s], dtype=np.int64)
+        every.append(event_ns)
+        counts = freshness_histogram(event_ns, now)
+        report = BatchReport("v", batch_id, records=len(lags_s), events=len(lags_s),
+                             freshness_buckets=nonempty_buckets(counts))
+        lines.append(json.loads(report.to_json()))
+    summed = np.sum([bucket_array(line["freshness_buckets"]) for line in lines], axis=0)
+    assert summed.tolist() == freshness_histogram(np.concatenate(every), now)
+    assert all(count > 0 for line in lines for count in line["freshness_buckets"].values())
 
 
 def test_report_json_line() -> None:
@@ -68,7 +93,7 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
                     "user_txn_stats", batch_id, records=7, events=5,
                     dead_letters={"not a JSON object": 2}, duration_s=0.5,
                     freshness_p50_s=0.2, freshness_p99_s=1.5, partitions_run=8,
-                    cold_partitions=cold,
+                    cold_partitions=cold, freshness_buckets={"0.1995": 3, "1": 2, "1e+07": 1},
                 )
             )  # fmt: skip
         text = (
@@ -86,6 +111,15 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
     )
     assert 'featureflow_cold_partitions_total{view="user_txn_stats"} 4.0' in text
     assert 'featureflow_freshness_seconds{quantile="0.99",view="user_txn_stats"} 1.5' in text
+    # cumulative buckets, summed over the two batches: PromQL's histogram_quantile reads them
+    at_most = {
+        le: float(count)
+        for le, count in re.findall(
+            r'featureflow_freshness_events_total\{le="([^"]+)",view="user_txn_stats"\} (\S+)', text)
+    }
+    assert len(at_most) == len(PROMETHEUS_FRESHNESS_EDGES) + 1
+    assert (at_most["0.1"], at_most["0.1995"], at_most["0.7943"], at_most["1"]) == (0, 6, 6, 10)
+    assert (at_most["100"], at_most["+Inf"]) == (10, 12)
 
 
 def test_exporters_keep_their_own_counts_after_feast_turned_on_multiprocess_mode() -> None:

@@ -3,7 +3,10 @@
 Freshness is write time minus event time, in seconds, per accepted event:
 executors count it into fixed log-spaced buckets (1 ms .. ~116 days), the
 driver adds the partitions' counts and reads p50/p99 off the merged
-histogram (upper bucket edge: an over-estimate by at most one bucket, ~10 %).
+histogram (upper bucket edge: an over-estimate by at most one bucket, ~26 %).
+The metrics line also carries the batch's non-empty buckets
+(``freshness_buckets``): histograms add up, quantiles do not, so the p99 of
+many batches' events is read off the sum of their buckets (:func:`bucket_array`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -43,6 +47,34 @@ def histogram_quantile(counts: list[int] | np.ndarray, q: float) -> float | None
     return float(FRESHNESS_EDGES_S[min(index, len(FRESHNESS_EDGES_S) - 1)])
 
 
+PROMETHEUS_FRESHNESS_EDGES = range(20, 51)
+"""The buckets of :data:`FRESHNESS_EDGES_S` that Prometheus gets as ``le`` bounds: 0.1 s to
+100 s, a bound per 26 %, plus ``+Inf`` (the JSON line keeps every bucket)."""
+
+
+def nonempty_buckets(counts: list[int] | np.ndarray) -> dict[str, int]:
+    """A freshness histogram (:func:`freshness_histogram`) as its non-empty buckets, each
+    keyed by its upper edge in seconds (4 significant digits; ``"inf"``: above the last
+    edge), as the metrics line carries them."""
+    last = len(FRESHNESS_EDGES_S)
+    return {
+        "inf" if k == last else f"{FRESHNESS_EDGES_S[k]:.4g}": int(count)
+        for k, count in enumerate(np.asarray(counts, dtype=np.int64))
+        if count
+    }
+
+
+def bucket_array(buckets: Mapping[str, int]) -> np.ndarray:
+    """The histogram (counts per bucket of :data:`FRESHNESS_EDGES_S`, and one above them)
+    of :func:`nonempty_buckets`' mapping. Edge ``k`` is ``10 ** (k / 10 - 3)`` seconds,
+    so its 4 digits name it exactly."""
+    counts = np.zeros(len(FRESHNESS_EDGES_S) + 1, dtype=np.int64)
+    for edge, count in buckets.items():
+        k = len(FRESHNESS_EDGES_S) if edge == "inf" else round(10 * np.log10(float(edge)) + 30)
+        counts[k] += count
+    return counts
+
+
 @dataclass
 class BatchReport:
     """What one micro-batch of one view did."""
@@ -68,6 +100,12 @@ class BatchReport:
     duration_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
+    freshness_buckets: dict[str, int] = field(default_factory=dict)
+    """The batch's freshness histogram, its non-empty buckets by upper edge in seconds
+    (:func:`nonempty_buckets`): how many accepted events were written to the online store
+    that long after their event time. Batches add up: the p50/p99 of a run's events is
+    :func:`histogram_quantile` of the summed :func:`bucket_array` (a quantile of the
+    batches' p99 is not one of events)."""
     watermark_lag_s: dict[str, float] = field(default_factory=dict)
     """Per Kafka partition (its number as text): the driver's clock at the batch minus the
     partition's watermark (its largest event time minus the delay), seconds. A growing
@@ -201,6 +239,11 @@ class PrometheusExporter:
             "write time minus event time of the last micro-batch's events, at a quantile "
             "(seconds)", ["view", "quantile"],
         )  # fmt: skip
+        self.freshness_events = counter(
+            "featureflow_freshness_events",
+            "events written to the online store at most `le` seconds after their event time, "
+            "cumulative over `le` like a histogram's buckets (events)", ["view", "le"],
+        )  # fmt: skip
         self.watermark_lag = gauge(
             "featureflow_watermark_lag_seconds",
             "driver clock at the last micro-batch minus the Kafka partition's watermark "
@@ -249,6 +292,11 @@ class PrometheusExporter:
         for quantile, value in (("0.5", report.freshness_p50_s), ("0.99", report.freshness_p99_s)):
             if value is not None:
                 self.freshness.labels(view, quantile).set(value)
+        if report.freshness_buckets:
+            at_most = np.cumsum(bucket_array(report.freshness_buckets))
+            for k in PROMETHEUS_FRESHNESS_EDGES:
+                self.freshness_events.labels(view, f"{FRESHNESS_EDGES_S[k]:.4g}").inc(at_most[k])
+            self.freshness_events.labels(view, "+Inf").inc(at_most[-1])
         for partition, lag_s in report.watermark_lag_s.items():
             self.watermark_lag.labels(view, partition).set(lag_s)
         idle = {str(partition) for partition in report.idle_partitions}

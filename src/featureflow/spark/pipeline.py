@@ -50,7 +50,12 @@ from featureflow.spark.event_time import (
     without_unneeded_bytes,
     without_unneeded_bytes_collected,
 )
-from featureflow.spark.metrics import BatchReport, PrometheusExporter, histogram_quantile
+from featureflow.spark.metrics import (
+    BatchReport,
+    PrometheusExporter,
+    histogram_quantile,
+    nonempty_buckets,
+)
 from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
@@ -178,6 +183,7 @@ class MicroBatchProcessor:
             merged = np.sum([row["freshness"] for row in stats], axis=0)
             report.freshness_p50_s = histogram_quantile(merged, 0.5)
             report.freshness_p99_s = histogram_quantile(merged, 0.99)
+            report.freshness_buckets = nonempty_buckets(merged)
         self._account(report, sorted({row["backend"] for row in stats}))
 
     def _account(self, report: BatchReport, backends: list[str]) -> None:
