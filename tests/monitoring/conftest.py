@@ -20,6 +20,7 @@ def served() -> Iterator[str]:
             BatchReport(
                 "user_txn_stats", 0, records=9, events=6, dead_letters={"not a JSON object": 3},
                 duration_s=1.5, freshness_p50_s=0.2, freshness_p99_s=1.5, state_rows=6,
+                freshness_buckets={"0.1995": 3, "1.585": 3},
                 watermark_lag_s={"0": 12.5, "1": 400.0}, idle_partitions=[1],
             )
         )  # fmt: skip

@@ -50,7 +50,7 @@ def test_every_metric_the_dashboard_names_is_served(served: str) -> None:
         "featureflow_consumer_lag_records", "featureflow_watermark_lag_seconds",
         "featureflow_freshness_seconds", "featureflow_events_per_second",
         "featureflow_batch_duration_seconds", "featureflow_dead_letters_total",
-        "featureflow_cold_partitions_total",
+        "featureflow_cold_partitions_total", "featureflow_freshness_events_total",
     ):  # fmt: skip
         assert wanted in shown, wanted
 
