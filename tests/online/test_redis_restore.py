@@ -93,6 +93,44 @@ def test_payloads_restore_exactly_as_hset_makes_them(redis_url: str,
         assert client.dump("restored") == dump
 
 
+def _rows(values: list[bytes]) -> B.Packed:
+    return B.Packed(np.frombuffer(b"".join(values), dtype=np.uint8),
+                    np.cumsum([0, *map(len, values)], dtype=np.int64))
+
+
+_NAME = st.one_of(st.binary(max_size=6), st.from_regex(rb"\A-?[0-9]{1,3}\Z"),
+                  st.binary(min_size=64, max_size=66))
+_BYTE = st.sampled_from(b"0123456789-x\x00\xff")
+"""Mostly digits: values that read as integers are common."""
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_fixed_width_entries_are_what_the_cell_by_cell_path_builds(data: st.DataObject) -> None:
+    """``fixed_entries`` (a view's values of one length each, one block) gives the bytes
+    ``entry_parts`` joins to and the rows ``eligible`` accepts, or hands the view back
+    (None) exactly when a name or value is too long or a name reads as an integer."""
+    n = data.draw(st.integers(1, 12))
+    pairs = data.draw(st.lists(st.tuples(_NAME, st.integers(0, 66)), min_size=1, max_size=6))
+    names = [name for name, _ in pairs]
+    values = [
+        _rows(data.draw(st.lists(st.lists(_BYTE, min_size=width, max_size=width).map(bytes),
+                                 min_size=n, max_size=n)))
+        for _, width in pairs
+    ]  # fmt: skip
+    cells: list[B.Cells | B.Packed] = [
+        cell for name, value in zip(names, values, strict=True)
+        for cell in (B.const(name, n), value)]
+    block = D.fixed_entries(names, values)
+    handed_back = (any(width > D.MAX_STRING for _, width in pairs)
+                   or not D.eligible([B.const(name, 1) for name in names]).all())
+    assert (block is None) == handed_back
+    if block is not None:
+        entries, ok = block
+        assert B.concat([entries]).to_pylist() == B.concat(D.entry_parts(cells)).to_pylist()
+        assert ok.tolist() == D.eligible(cells).tolist()
+
+
 def test_new_entities_are_restored_and_read_by_feast(tmp_path: Path, redis_url: str) -> None:
     """A first write creates every hash by RESTORE (no HSET), with the view's TTL; Feast
     reads them; the next write (all exist) asks EXISTS once, of a sample, and replaces
@@ -192,6 +230,24 @@ def test_values_the_payload_cannot_hold_go_by_hset(tmp_path: Path, redis_url: st
     got = read(store, list(range(4)), ["name", "ratio"])
     assert got["name"] == names
     assert got["ratio"] == pytest.approx(ratios)
+
+
+def test_a_fixed_width_value_that_reads_as_an_integer_goes_by_hset(
+        tmp_path: Path, redis_url: str) -> None:
+    """A view whose values all have one width takes the one-block path; its entity whose
+    ``ValueProto`` bytes are all digits (``b"5"`` and the float of ``b"1234"``) still goes
+    the HSET way, the others by RESTORE, on creation and on replacement alike."""
+    digits = float(np.frombuffer(b"1234", dtype="<f4")[0])
+    store = redis_store(tmp_path, redis_url, features={"ratio": Float32})
+    ratios = [0.5, digits, 0.25]
+    for second in (10**6, 2 * 10**6):
+        calls = _calls(store)
+        table = pa.table({"uid": pa.array(range(3), pa.int64()),
+                          "ts": pa.array([second * 10**6] * 3, pa.timestamp("us", "UTC")),
+                          "ratio": pa.array(ratios, pa.float32())})
+        assert write(store, VIEW, table).written == 3
+        assert (calls("hset"), calls("restore")) == (1, 2)
+        assert read(store, [0, 1, 2], ["ratio"])["ratio"] == pytest.approx(ratios)
 
 
 @pytest.fixture

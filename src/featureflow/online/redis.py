@@ -761,9 +761,10 @@ def _payloads(views: list[tuple[str, Batch]], fields: list[list[bytes]],
     length of each view's Timestamp bytes), so every part of a group's payloads has
     one width and rows are stacked, not joined."""
     present = rows >= 0
-    shape = np.concatenate([present, np.stack([
-        E.timestamp_protos(batch.event_micros[np.maximum(rows[:, v], 0)]).lengths()
-        for v, (_, batch) in enumerate(views)], axis=1)], axis=1)
+    stamps = [E.timestamp_protos(batch.event_micros[np.maximum(rows[:, v], 0)])
+              for v, (_, batch) in enumerate(views)]
+    shape = np.concatenate(
+        [present, np.stack([stamp.lengths() for stamp in stamps], axis=1)], axis=1)
     order = np.lexsort(shape.T[::-1])
     shape = shape[order]
     bounds = [0, *(np.flatnonzero((np.diff(shape, axis=0) != 0).any(axis=1)) + 1).tolist(),
@@ -774,19 +775,30 @@ def _payloads(views: list[tuple[str, Batch]], fields: list[list[bytes]],
     chosen: list[npt.NDArray[np.int64]] = []
     made: list[B.Packed] = []
     for lo, hi in itertools.pairwise(bounds):
-        cells: list[B.Cells | B.Packed] = []
+        body: list[B.Cells | B.Packed] = []
+        ok = np.ones(hi - lo, dtype=bool)
+        entries = 0
         for v, part in enumerate(parts):
             if not shape[lo, v]:
                 continue
             group = part.rows(taken[v], taken[v] + hi - lo)
             taken[v] += hi - lo
-            cells += [B.const(fields[v][0], hi - lo), E.timestamp_protos(group.event_micros)]
-            for name, hash_field in zip(group.features, fields[v][1:], strict=True):
-                cells += [B.const(hash_field, hi - lo), B.concat(group.encoded_parts(name))]
-        ok = D.eligible(cells)
-        if len(cells) > 2 * D.MAX_FIELDS or not ok.any():
+            cells: list[B.Cells | B.Packed] = [
+                B.const(fields[v][0], hi - lo), B.take(stamps[v], order[lo:hi])]
+            values = [B.concat(group.encoded_parts(name)) for name in group.features]
+            block = D.fixed_entries(fields[v][1:], values)
+            if block is None:  # values of several lengths: cell by cell
+                cells += [cell for hash_field, value in zip(fields[v][1:], values, strict=True)
+                          for cell in (B.const(hash_field, hi - lo), value)]
+            ok &= D.eligible(cells)
+            body += D.entry_parts(cells)
+            if block is not None:
+                body.append(block[0])
+                ok &= block[1]
+            entries += 2 + 2 * len(values)
+        if entries > 2 * D.MAX_FIELDS or not ok.any():
             continue
-        payloads = D.payloads(D.entry_parts(cells), np.full(hi - lo, len(cells)), version)
+        payloads = D.payloads(body, np.full(hi - lo, entries), version)
         chosen.append(order[lo:hi][ok])
         made.append(payloads if ok.all() else B.take(payloads, np.flatnonzero(ok)))
     if not made:

@@ -135,6 +135,46 @@ def eligible(cells: Sequence[B.Cells | B.Packed]) -> npt.NDArray[np.bool_]:
     return ok
 
 
+def fixed_entries(names: Sequence[bytes], values: Sequence[B.Packed]
+                  ) -> tuple[B.Cells, npt.NDArray[np.bool_]] | None:
+    """The listpack entries of the pairs (``names[k]``, ``values[k]``) per row, in that
+    order, as one fixed-width block: the bytes :func:`entry_parts` of those cells joins
+    to, and per row whether :func:`eligible` holds for all of them. ``None`` (use
+    :func:`entry_parts`) unless each value has one length in every row and every name
+    and value fits :data:`MAX_STRING` and no name reads as an integer.
+
+    One template row holds the names and every entry's header and back length, and
+    each value is one copy into its place: a group of a view's 18 doubles costs ~40
+    numpy calls instead of ~600 (the per-cell passes of :func:`eligible`,
+    :func:`entry_parts` and their joining), which a live stream's micro-batches of a
+    few hundred to a few thousand entities paid mostly as fixed cost."""
+    n = values[0].n if values else 0
+    widths = []
+    for value in values:
+        lengths = value.lengths()
+        if n and int(lengths.min()) != int(lengths.max()):
+            return None
+        widths.append(int(lengths[0]) if n else 0)
+    name_rows = B.Packed(np.frombuffer(b"".join(names), dtype=np.uint8),
+                         np.cumsum([0, *map(len, names)], dtype=np.int64))
+    if any(w > MAX_STRING for w in widths) or not eligible([name_rows]).all():
+        return None
+    template = bytearray()
+    starts = []
+    for name, width in zip(names, widths, strict=True):
+        template += bytes([0x80 | len(name)]) + name + bytes([len(name) + 1, 0x80 | width])
+        starts.append(len(template))
+        template += bytes(width) + bytes([width + 1])
+    out = np.empty((n, len(template)), dtype=np.uint8)
+    out[:] = np.frombuffer(bytes(template), dtype=np.uint8)
+    ok = np.ones(n, dtype=bool)
+    for start, width, value in zip(starts, widths, values, strict=True):
+        if width:
+            out[:, start : start + width] = B.pad(value).matrix  # zero-copy: one width
+            ok &= ~integer_like(value)
+    return B.Cells(out), ok
+
+
 def entry_parts(cells: Sequence[B.Cells | B.Packed]) -> list[B.Cells | B.Packed]:
     """The listpack entries of ``cells`` per row (each under 64 bytes: see :func:`eligible`),
     as parts to concatenate: header ``0x80 | L``, the bytes, back length ``L + 1``, cell
