@@ -109,9 +109,10 @@ _BYTE = st.sampled_from(b"0123456789-x\x00\xff")
 def test_fixed_width_entries_are_what_the_cell_by_cell_path_builds(data: st.DataObject) -> None:
     """``fixed_entries`` (a view's values of one length each, one block) gives the bytes
     ``entry_parts`` joins to and the rows ``eligible`` accepts, or hands the view back
-    (None) exactly when a name or value is too long or a name reads as an integer."""
+    (None) exactly when it has no values, a name or value is too long or a name reads
+    as an integer."""
     n = data.draw(st.integers(1, 12))
-    pairs = data.draw(st.lists(st.tuples(_NAME, st.integers(0, 66)), min_size=1, max_size=6))
+    pairs = data.draw(st.lists(st.tuples(_NAME, st.integers(0, 66)), max_size=6))
     names = [name for name, _ in pairs]
     values = [
         _rows(data.draw(st.lists(st.lists(_BYTE, min_size=width, max_size=width).map(bytes),
@@ -122,7 +123,7 @@ def test_fixed_width_entries_are_what_the_cell_by_cell_path_builds(data: st.Data
         cell for name, value in zip(names, values, strict=True)
         for cell in (B.const(name, n), value)]
     block = D.fixed_entries(names, values)
-    handed_back = (any(width > D.MAX_STRING for _, width in pairs)
+    handed_back = (not pairs or any(width > D.MAX_STRING for _, width in pairs)
                    or not D.eligible([B.const(name, 1) for name in names]).all())
     assert (block is None) == handed_back
     if block is not None:

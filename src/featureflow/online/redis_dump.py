@@ -140,21 +140,23 @@ def fixed_entries(names: Sequence[bytes], values: Sequence[B.Packed]
     """The listpack entries of the pairs (``names[k]``, ``values[k]``) per row, in that
     order, as one fixed-width block: the bytes :func:`entry_parts` of those cells joins
     to, and per row whether :func:`eligible` holds for all of them. ``None`` (use
-    :func:`entry_parts`) unless each value has one length in every row and every name
-    and value fits :data:`MAX_STRING` and no name reads as an integer.
+    :func:`entry_parts`) unless there are values, each has one length in every row, and
+    every name and value fits :data:`MAX_STRING` and no name reads as an integer.
 
     One template row holds the names and every entry's header and back length, and
     each value is one copy into its place: a group of a view's 18 doubles costs ~40
     numpy calls instead of ~600 (the per-cell passes of :func:`eligible`,
     :func:`entry_parts` and their joining), which a live stream's micro-batches of a
     few hundred to a few thousand entities paid mostly as fixed cost."""
-    n = values[0].n if values else 0
+    if not values:
+        return None
+    n = values[0].n
     widths = []
     for value in values:
         lengths = value.lengths()
-        if n and int(lengths.min()) != int(lengths.max()):
+        if int(lengths.min()) != int(lengths.max()):
             return None
-        widths.append(int(lengths[0]) if n else 0)
+        widths.append(int(lengths[0]))
     name_rows = B.Packed(np.frombuffer(b"".join(names), dtype=np.uint8),
                          np.cumsum([0, *map(len, names)], dtype=np.int64))
     if any(w > MAX_STRING for w in widths) or not eligible([name_rows]).all():
