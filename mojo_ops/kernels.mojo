@@ -34,7 +34,15 @@ from featureflow_kernels.abi import (
     DT_I64,
     DT_I32,
 )
-from featureflow_kernels import rolling, hopping as hop, sessions as ses, keys, runs
+from featureflow_kernels import (
+    rolling,
+    hopping as hop,
+    sessions as ses,
+    keys,
+    runs,
+    checksums,
+    stamps,
+)
 
 
 @always_inline
@@ -293,6 +301,22 @@ def encode_int_keys(desc: PythonObject) raises -> PythonObject:
     return PythonObject(keys.encode_int_keys(_desc(desc)))
 
 
+def crc64_rows(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var n: Int
+    with GILReleased(Python()):
+        n = checksums.crc64_rows(d)
+    return PythonObject(n)
+
+
+def stamp_micros(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var read: Int
+    with GILReleased(Python()):
+        read = stamps.stamp_micros(d)
+    return PythonObject(read)
+
+
 @export
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
@@ -358,6 +382,12 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[encode_int_keys](
             "encode_int_keys", docstring="Dense codes of integer keys; see keys.mojo."
+        )
+        m.def_function[crc64_rows](
+            "crc64_rows", docstring="Redis's CRC-64 of each row; see checksums.mojo."
+        )
+        m.def_function[stamp_micros](
+            "stamp_micros", docstring="Timestamp texts to epoch µs; see stamps.mojo."
         )
         return m.finalize()
     except e:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from featureflow import ops
 from featureflow.online import _bytes as B
 
 RDB_TYPE_HASH_LISTPACK = 16
@@ -43,58 +44,11 @@ MAX_FIELDS = 128
 MAX_INTEGER_DIGITS = 20
 """A string longer than this is never stored as a listpack integer."""
 
-_JONES = np.uint64(0x95AC9329AC4BC9B5)
-"""CRC-64/Jones polynomial, reflected (Redis's ``crc64``)."""
-
-
-def _crc_tables() -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
-    """The byte-at-a-time table and the two-bytes-at-a-time one (64 Ki entries, 512 KiB:
-    half the numpy passes per payload)."""
-    one = np.arange(256, dtype=np.uint64)
-    for _ in range(8):
-        one = np.where(one & np.uint64(1), (one >> np.uint64(1)) ^ _JONES, one >> np.uint64(1))
-    word = np.arange(65536, dtype=np.uint64)
-    low = one[word & np.uint64(0xFF)] ^ (word >> np.uint64(8))
-    two = one[low & np.uint64(0xFF)] ^ (low >> np.uint64(8))
-    return one, two
-
-
-_CRC_BYTE, _CRC_WORD = _crc_tables()
-
 
 def crc64(rows: B.Packed) -> npt.NDArray[np.uint64]:
-    """Redis's CRC-64 (Jones polynomial, reflected, initial 0, no final xor) of each row,
-    rows of equal length at a time (:func:`crc64_matrix`)."""
-    lengths = rows.lengths()
-    out = np.zeros(rows.n, dtype=np.uint64)
-    order = np.argsort(lengths, kind="stable")
-    for group in np.split(order, np.flatnonzero(np.diff(lengths[order])) + 1):
-        if len(group):
-            out[group] = crc64_matrix(B.pad(B.take(rows, group)).matrix)
-    return out
-
-
-def crc64_matrix(matrix: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint64]:
-    """:func:`crc64` of each row of a ``(rows, width)`` byte matrix: one table lookup per
-    two byte positions across all rows at once, into preallocated buffers (measured:
-    ~0.8 s of numpy per 1 M payloads of 350 bytes, in blocks of 8 Ki rows)."""
-    rows, width = matrix.shape
-    crc = np.zeros(rows, dtype=np.uint64)
-    pairs = width // 2
-    if pairs:
-        words = np.ascontiguousarray(np.ascontiguousarray(matrix[:, : 2 * pairs]).view("<u2").T)
-        index = np.empty(rows, dtype=np.uint64)
-        looked = np.empty(rows, dtype=np.uint64)
-        sixteen = np.uint64(16)
-        for j in range(pairs):
-            np.bitwise_xor(crc, words[j], out=index)
-            np.bitwise_and(index, np.uint64(0xFFFF), out=index)
-            np.right_shift(crc, sixteen, out=crc)
-            np.take(_CRC_WORD, index.view(np.int64), out=looked)
-            np.bitwise_xor(crc, looked, out=crc)
-    if width % 2:
-        crc = _CRC_BYTE[(crc ^ matrix[:, -1]) & np.uint64(0xFF)] ^ (crc >> np.uint64(8))
-    return crc
+    """Redis's CRC-64 (Jones polynomial, reflected, initial 0, no final xor) of each row
+    (:func:`featureflow.ops.crc64_rows`: the Mojo kernel, or numpy)."""
+    return ops.crc64_rows(rows.data, rows.offsets)
 
 
 def integer_like(cells: B.Packed) -> npt.NDArray[np.bool_]:
@@ -211,12 +165,9 @@ def payloads(body: Sequence[B.Cells | B.Packed], elements: npt.NDArray[np.int64]
                      B.fixed(size, "<u4"), B.fixed(elements, "<u2"), *body,
                      B.const(b"\xff" + version, n)])
     lengths = head.lengths()
-    if n and int(lengths.min()) == int(lengths.max()):
-        start = int(head.offsets[0])
-        crc = crc64_matrix(head.data[start : start + n * int(lengths[0])].reshape(n, -1))
-    else:
-        crc = crc64(head)
-    return B.concat([B.pad(head), B.fixed(crc, "<u8")])
+    fixed = n > 0 and int(lengths.min()) == int(lengths.max())
+    # one width: stacked as a matrix (pad is a view); several: joined as they are
+    return B.concat([B.pad(head) if fixed else head, B.fixed(crc64(head), "<u8")])
 
 
 def _rdb_length(values: npt.NDArray[np.int64]) -> B.Cells:

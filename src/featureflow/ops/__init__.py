@@ -31,6 +31,7 @@ __all__ = [
     "Spliced",
     "backend",
     "backend_reason",
+    "crc64_rows",
     "describe",
     "gather_runs",
     "hopping",
@@ -43,6 +44,7 @@ __all__ = [
     "sessions",
     "sort_run",
     "splice_records",
+    "stamp_micros",
 ]
 
 
@@ -299,6 +301,39 @@ def run_segments(run_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
         ``run_keys`` (``np.searchsorted``'s left and right sides; equal where it has none).
     """
     return _backend.current().backend.run_segments(np.asarray(run_keys), np.asarray(keys))
+
+
+def crc64_rows(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Redis's CRC-64 (CRC-64/Jones, reflected, initial 0, no final xor) of many byte
+    strings: what a ``RESTORE`` payload's footer must carry.
+
+    Args:
+        data: uint8, the rows' bytes back to back.
+        offsets: int64, one more than the rows, ascending (Arrow's binary layout): row
+            ``i`` is ``data[offsets[i]:offsets[i + 1]]``.
+    Returns:
+        uint64, one per row. One pass per row on the Mojo backend (the GIL released),
+        the rows of each length as one byte matrix on numpy's.
+    """
+    return _backend.current().backend.crc64_rows(np.asarray(data), np.asarray(offsets))
+
+
+def stamp_micros(stamps: pa.Array, max_millis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Epoch microseconds of the timestamp texts :mod:`featureflow.events.timestamps` reads.
+
+    Args:
+        stamps: ``string`` texts (nulls allowed).
+        max_millis: the largest absolute epoch-milliseconds value read.
+    Returns:
+        (micros, known): int64 epoch µs (0 where not read) and bool, per text. Texts read:
+        ``-?[0-9]{1,15}`` (epoch ms, within ``max_millis``) and RFC 3339 with a zone
+        (``_stamps.RFC3339_ZONED``, fields range-checked). One pass over the bytes on the
+        Mojo backend (the GIL released), two RE2 matches and numpy on numpy's.
+    """
+    if stamps.type != pa.string():
+        msg = f"timestamp texts must be Arrow string, not {stamps.type}"
+        raise TypeError(msg)
+    return _backend.current().backend.stamp_micros(stamps, int(max_millis))
 
 
 def sort_run(keys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
+import pyarrow as pa
 
 from featureflow.ops._inputs import Series
 from featureflow.ops._query import Plan, Run
@@ -66,6 +67,16 @@ class Backend(Protocol):
     def sort_run(
         self, keys: np.ndarray, ts: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def crc64_rows(self, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Redis's CRC-64 of each row ``data[offsets[i]:offsets[i + 1]]`` (uint64)."""
+        ...
+
+    def stamp_micros(
+        self, stamps: pa.StringArray, max_millis: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per timestamp text: epoch µs (int64, 0 where unknown) and whether it was read."""
+        ...
 
     def gather_runs(
         self, runs: list[RunColumns], keys: np.ndarray, from_ns: np.ndarray,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import numpy as np
+import pyarrow as pa
 
 from featureflow.ops._inputs import Series
 from featureflow.ops._tables import OutputColumn, WindowBounds
@@ -222,6 +223,18 @@ class ReferenceBackend:
 
         reference_rolling_at(runs, plan, windows, hop, aggs, columns)
         return False
+
+    def crc64_rows(self, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        from featureflow.ops._checksums import crc64_rows
+
+        return crc64_rows(data, offsets)
+
+    def stamp_micros(
+        self, stamps: pa.StringArray, max_millis: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        from featureflow.ops._stamps import stamp_micros
+
+        return stamp_micros(stamps, max_millis)
 
     def sort_run(
         self, keys: np.ndarray, ts: np.ndarray

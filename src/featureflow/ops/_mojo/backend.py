@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featureflow.ops._checksums import SLICING_TABLES
 from featureflow.ops._inputs import VALUE_TYPES, Series
 from featureflow.ops._mojo import descriptor, planning, threads
 from featureflow.ops._query import Plan, Run
@@ -383,6 +384,39 @@ class NativeBackend:
                  int(out.ctypes.data)]  # fmt: skip
         self._call("run_segments", words)
         return out
+
+    def crc64_rows(self, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """One slicing-by-8 pass per row (checksums.mojo), the GIL released."""
+        data = np.ascontiguousarray(data, dtype=np.uint8)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        out = np.empty(max(len(offsets) - 1, 0), dtype=np.uint64)
+        if not len(out):
+            return out
+        if int(offsets[0]) < 0 or int(offsets[-1]) > len(data):
+            msg = f"offsets span [{int(offsets[0])}, {int(offsets[-1])}) of {len(data)} bytes"
+            raise ValueError(msg)
+        words = [len(out), int(data.ctypes.data), int(offsets.ctypes.data),
+                 int(SLICING_TABLES.ctypes.data), int(out.ctypes.data)]  # fmt: skip
+        self._call("crc64_rows", words)
+        return out
+
+    def stamp_micros(
+        self, stamps: pa.StringArray, max_millis: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One pass over the texts' bytes in place (stamps.mojo), the GIL released."""
+        n = len(stamps)
+        micros = np.empty(n, dtype=np.int64)
+        known = np.empty(n, dtype=np.uint8)
+        if n == 0:
+            return micros, known.view(np.bool_)
+        validity, offsets, data = stamps.buffers()
+        words = [
+            n, offsets.address + 4 * stamps.offset, 0 if data is None else data.address,
+            0 if validity is None or not stamps.null_count else validity.address,
+            stamps.offset, max_millis, int(micros.ctypes.data), int(known.ctypes.data),
+        ]  # fmt: skip
+        self._call("stamp_micros", words)
+        return micros, known.view(np.bool_)
 
     def hopping(
         self,
