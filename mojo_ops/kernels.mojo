@@ -42,6 +42,7 @@ from featureflow_kernels import (
     runs,
     checksums,
     stamps,
+    json_flat as flat,
 )
 
 
@@ -317,6 +318,14 @@ def stamp_micros(desc: PythonObject) raises -> PythonObject:
     return PythonObject(read)
 
 
+def json_flat(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var left: Int
+    with GILReleased(Python()):
+        left = flat.json_flat(d)
+    return PythonObject(left)
+
+
 @export
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
@@ -388,6 +397,9 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[stamp_micros](
             "stamp_micros", docstring="Timestamp texts to epoch µs; see stamps.mojo."
+        )
+        m.def_function[json_flat](
+            "json_flat", docstring="Flat JSON records to columns; see json_flat.mojo."
         )
         return m.finalize()
     except e:

@@ -20,11 +20,15 @@ import pyarrow as pa
 from featureflow.ops import _backend, _inputs, _nonfinite, _query, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
 from featureflow.ops._durations import duration_ns
+from featureflow.ops._flat_json import FlatColumn, FlatField, FlatRead
 from featureflow.ops._query import FrameStates
 from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 
 __all__ = [
     "AGGS",
+    "FlatColumn",
+    "FlatField",
+    "FlatRead",
     "FrameStates",
     "InitialRecords",
     "KeyedRows",
@@ -36,6 +40,7 @@ __all__ = [
     "gather_runs",
     "hopping",
     "merge_runs",
+    "read_flat_json",
     "record_segments",
     "resume_sessions",
     "rolling",
@@ -334,6 +339,22 @@ def stamp_micros(stamps: pa.Array, max_millis: int) -> tuple[np.ndarray, np.ndar
         msg = f"timestamp texts must be Arrow string, not {stamps.type}"
         raise TypeError(msg)
     return _backend.current().backend.stamp_micros(stamps, int(max_millis))
+
+
+def read_flat_json(values: pa.Array, fields: list[FlatField]) -> FlatRead | None:
+    """Kafka message values that are flat JSON objects, read into declared fields' columns.
+
+    Args:
+        values: ``binary`` message values (nulls allowed: left).
+        fields: the declared fields, each with what it takes (``_flat_json.FlatField``).
+    Returns:
+        Which rows were left, and per field its values, null, valid and present flags
+        (``_flat_json``). A row is read only when the reading is certain to be the
+        per-record parser's (``mojo_ops/featureflow_kernels/json_flat.mojo`` lists the
+        rules); every other row is left. None on the numpy backend, which has no such
+        pass, and for arrays that are not ``binary``.
+    """
+    return _backend.current().backend.read_flat_json(values, list(fields))
 
 
 def sort_run(keys: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 import numpy as np
 import pyarrow as pa
 
+from featureflow.ops._flat_json import FlatField, FlatRead
 from featureflow.ops._inputs import Series
 from featureflow.ops._query import Plan, Run
 from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
@@ -76,6 +77,11 @@ class Backend(Protocol):
         self, stamps: pa.StringArray, max_millis: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per timestamp text: epoch µs (int64, 0 where unknown) and whether it was read."""
+        ...
+
+    def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
+        """The flat JSON records of ``values`` read into ``fields``' columns, the others
+        left; None where the backend has no such pass (every record is the caller's)."""
         ...
 
     def gather_runs(

@@ -24,6 +24,7 @@ from featureflow.ops._inputs import Series
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 if TYPE_CHECKING:
+    from featureflow.ops._flat_json import FlatField, FlatRead
     from featureflow.ops._query import Plan, Run
     from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
 
@@ -235,6 +236,10 @@ class ReferenceBackend:
         from featureflow.ops._stamps import stamp_micros
 
         return stamp_micros(stamps, max_millis)
+
+    def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
+        """No vectorised JSON pass in numpy: the caller's per-record parser reads all."""
+        return None
 
     def sort_run(
         self, keys: np.ndarray, ts: np.ndarray

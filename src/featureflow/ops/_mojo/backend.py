@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.ops._checksums import SLICING_TABLES
+from featureflow.ops._flat_json import KIND_CODES, FlatColumn, FlatField, FlatRead
 from featureflow.ops._inputs import VALUE_TYPES, Series
 from featureflow.ops._mojo import descriptor, planning, threads
 from featureflow.ops._query import Plan, Run
@@ -417,6 +418,44 @@ class NativeBackend:
         ]  # fmt: skip
         self._call("stamp_micros", words)
         return micros, known.view(np.bool_)
+
+    def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
+        """One pass over the records' bytes in place (json_flat.mojo), the GIL released."""
+        if values.type != pa.binary():
+            return None
+        n = len(values)
+        validity, offsets, data = values.buffers()
+        size = 0 if data is None else data.size
+        names = np.frombuffer(b"".join(f.name.encode() for f in fields) or b"\0", np.uint8)
+        name_offsets = np.cumsum([0, *(len(f.name.encode()) for f in fields)], dtype=np.int64)
+        status = np.empty(n, dtype=np.uint8)
+        words = [
+            n, offsets.address + 4 * values.offset, 0 if data is None else data.address,
+            0 if validity is None or not values.null_count else validity.address,
+            values.offset, len(fields), int(names.ctypes.data), int(name_offsets.ctypes.data),
+            int(status.ctypes.data), 0,
+        ]  # fmt: skip
+        outs = []
+        for field in fields:
+            flags = np.empty((3, n), dtype=np.uint8)  # null, valid, present
+            text = np.empty(max(size, 1), dtype=np.uint8) if field.kind == "string" else None
+            column = (
+                np.empty(n + 1, dtype=np.int32) if field.kind == "string"
+                else np.empty(n, dtype=np.float64 if field.kind == "double" else np.int64)
+            )  # fmt: skip
+            words += [
+                KIND_CODES[field.kind], field.lowest, field.highest, int(column.ctypes.data),
+                0 if text is None else int(text.ctypes.data), int(flags[0].ctypes.data),
+                int(flags[1].ctypes.data), int(flags[2].ctypes.data),
+            ]  # fmt: skip
+            outs.append((column, flags, text))
+        if n:
+            self._call("json_flat", words)
+        columns = []
+        for column, flags, text in outs:
+            null, valid, present = flags.view(np.bool_)
+            columns.append(FlatColumn(column, null, valid, present, text))
+        return FlatRead(status.view(np.bool_), columns)
 
     def hopping(
         self,
