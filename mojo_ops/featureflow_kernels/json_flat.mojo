@@ -198,6 +198,7 @@ def json_flat(d: I64P) raises -> Int:
     var validity_bits = u8p(validity)
     var written = List[Int](length=fields, fill=0)  # string bytes written per field
     var seen = List[Bool](length=fields, fill=False)
+    var marks = List[Int](length=fields, fill=0)  # string bytes written before this row
     var left = 0
     for i in range(n):
         var start = Int(offsets[unsafe_offset=i])
@@ -206,7 +207,6 @@ def json_flat(d: I64P) raises -> Int:
         if validity != 0:
             var b = bit_offset + i
             present_record = (Int(validity_bits[unsafe_offset=b >> 3]) >> (b & 7)) & 1 == 1
-        var marks = List[Int](length=fields, fill=0)  # string bytes written before row i
         for k in range(fields):
             var w = d.unsafe_offset(HEAD_WORDS + FIELD_WORDS * k)
             u8p(Int(w[unsafe_offset=5]))[unsafe_offset=i] = 1
