@@ -43,6 +43,7 @@ from featureflow_kernels import (
     checksums,
     stamps,
     json_flat as flat,
+    byte_rows,
 )
 
 
@@ -326,6 +327,14 @@ def json_flat(desc: PythonObject) raises -> PythonObject:
     return PythonObject(left)
 
 
+def join_rows(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var size: Int
+    with GILReleased(Python()):
+        size = byte_rows.join_rows(d)
+    return PythonObject(size)
+
+
 @export
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
@@ -400,6 +409,9 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[json_flat](
             "json_flat", docstring="Flat JSON records to columns; see json_flat.mojo."
+        )
+        m.def_function[join_rows](
+            "join_rows", docstring="Byte strings joined row by row; see byte_rows.mojo."
         )
         return m.finalize()
     except e:

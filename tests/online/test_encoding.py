@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from feast.infra.key_encoding_utils import serialize_entity_key
 from feast.infra.online_stores.helpers import extract_text_and_num
 from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
@@ -153,3 +154,49 @@ def test_interleave_is_row_major(rows: list[list[bytes | None]]) -> None:
     width = len(rows[0]) if rows else 2
     columns = [pa.array([r[j] for r in rows], pa.binary()) for j in range(width)]
     assert B.interleave(columns).to_pylist() == [c or b"" for r in rows for c in r]
+
+
+@st.composite
+def _parts(draw: st.DrawFn, n: int) -> tuple[B.Cells | B.Packed, list[bytes]]:
+    """A part of ``n`` rows in one of the shapes concat meets, and its rows as bytes."""
+    shape = draw(st.sampled_from(["packed", "view", "fixed", "padded", "const", "strided"]))
+    if shape == "const":
+        value = draw(st.binary(max_size=6))
+        return B.const(value, n), [value] * n
+    if shape in ("fixed", "strided"):
+        width = draw(st.integers(0, 9))
+        rows = draw(st.lists(st.binary(min_size=width, max_size=width), min_size=n, max_size=n))
+        matrix = np.frombuffer(b"".join(rows), np.uint8).reshape(n, width)
+        if shape == "strided":  # a column slice of a wider matrix: rows not contiguous
+            wide = np.zeros((n, width + 3), np.uint8)
+            wide[:, 1 : width + 1] = matrix
+            matrix = wide[:, 1 : width + 1]
+        return B.Cells(matrix), rows
+    rows = draw(st.lists(st.binary(max_size=12), min_size=n, max_size=n))
+    if shape == "padded":
+        return B.pad(B.from_arrow(pa.array(rows, pa.binary()))) if n else B.Cells(
+            np.zeros((0, 0), np.uint8), np.zeros(0, np.int64)), rows
+    whole = B.from_arrow(pa.array([b"head", *rows, b"tail"], pa.binary()))
+    return (whole.rows(1, n + 1) if shape == "view" else B.from_arrow(pa.array(rows))), rows
+
+
+@pytest.mark.parametrize("backend", ["mojo", "numpy"])
+@given(data=st.data())
+def test_concat_joins_every_part_shape(backend: str, data: st.DataObject) -> None:
+    """Rows joined by the Mojo kernel (or Arrow on the numpy backend) equal the bytes
+    joined in Python, whatever mix of Arrow rows, row views, fixed and padded matrices,
+    constants and strided column slices the parts are."""
+    from featureflow.ops import _backend
+
+    n = data.draw(st.integers(0, 12))
+    drawn = data.draw(st.lists(_parts(n), min_size=1, max_size=6))
+    drawn.append((B.from_arrow(pa.array([b"x" * (i % 3) for i in range(n)], pa.binary())),
+                  [b"x" * (i % 3) for i in range(n)]))  # one variable part: not all fixed
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(_backend.ENV_VAR, backend)
+        _backend.reset()
+        try:
+            got = B.concat([part for part, _ in drawn])
+        finally:
+            _backend.reset()
+    assert got.to_pylist() == [b"".join(rows[i] for _, rows in drawn) for i in range(n)]

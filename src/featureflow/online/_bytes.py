@@ -10,8 +10,9 @@ Two shapes, both plain numpy:
   (``n + 1`` entries, like Arrow's binary layout).
 
 ``concat`` joins parts row by row into ``Packed``: fixed-width parts by
-stacking their matrices, any variable-width ones through Arrow's row-wise
-binary join; no per-row Python either way.
+stacking their matrices, any variable-width ones through the Mojo row join
+(Arrow's row-wise binary join where the kernels are missing); no per-row Python
+either way.
 
 Performance: every function is O(total bytes); the only per-byte index arrays
 are built in ``pad`` for variable-width inputs, whose widths are small.
@@ -26,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from featureflow import ops
 
 U8 = npt.NDArray[np.uint8]
 I64 = npt.NDArray[np.int64]
@@ -273,9 +276,11 @@ def concat(parts: Sequence[Cells | Packed]) -> Packed:
     """Row-wise concatenation: row ``i`` is ``parts[0][i] + parts[1][i] + …``.
 
     Fixed-width parts are stacked as matrices (:func:`_stack_fixed`); with any
-    variable-width part, Arrow joins the rows (``binary_join_element_wise``, one copy of
-    each row's bytes in C++). Padding the variable parts to a matrix and masking the
-    padding away, as this did before, took 18x longer for a Redis command's parts."""
+    variable-width part, the Mojo row join reads every part where it lies
+    (:func:`featureflow.ops.join_rows`), or where the kernels are missing Arrow joins
+    the rows (``binary_join_element_wise``, after each part is made an Arrow array).
+    Padding the variable parts to a matrix and masking the padding away, as this did
+    before Arrow, took 18x longer for a Redis command's parts."""
     if all(isinstance(p, Cells) and p.lengths is None for p in parts):
         cells = [p for p in parts if isinstance(p, Cells)]
         n = cells[0].n
@@ -284,8 +289,17 @@ def concat(parts: Sequence[Cells | Packed]) -> Packed:
     n = parts[0].n
     if n == 0:
         return Packed(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    joined = ops.join_rows([_byte_rows(p) for p in parts], n)
+    if joined is not None:  # the Mojo kernel: no conversion of the parts to Arrow
+        return Packed(*joined)
     arrays = [_arrow_rows(p, n) for p in parts]
     return from_arrow(pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.large_binary())))
+
+
+def _byte_rows(part: Cells | Packed) -> ops.ByteRows:
+    if isinstance(part, Packed):
+        return ops.ByteRows(part.data, offsets=part.offsets)
+    return ops.ByteRows(part.matrix, lengths=part.lengths)
 
 
 def _arrow_rows(part: Cells | Packed, n: int) -> pa.Array | pa.Scalar:

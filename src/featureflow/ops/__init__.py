@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from featureflow.ops import _backend, _inputs, _nonfinite, _query, _tables
 from featureflow.ops._aggs import AGGS, parse_aggs
+from featureflow.ops._byte_rows import ByteRows
 from featureflow.ops._durations import duration_ns
 from featureflow.ops._flat_json import FlatColumn, FlatField, FlatRead
 from featureflow.ops._query import FrameStates
@@ -26,6 +27,7 @@ from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Splic
 
 __all__ = [
     "AGGS",
+    "ByteRows",
     "FlatColumn",
     "FlatField",
     "FlatRead",
@@ -39,6 +41,7 @@ __all__ = [
     "describe",
     "gather_runs",
     "hopping",
+    "join_rows",
     "merge_runs",
     "read_flat_json",
     "record_segments",
@@ -339,6 +342,20 @@ def stamp_micros(stamps: pa.Array, max_millis: int) -> tuple[np.ndarray, np.ndar
         msg = f"timestamp texts must be Arrow string, not {stamps.type}"
         raise TypeError(msg)
     return _backend.current().backend.stamp_micros(stamps, int(max_millis))
+
+
+def join_rows(parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Byte strings joined row by row: row ``i`` is row ``i`` of every part, in order.
+
+    Args:
+        parts: ``n`` rows each (``_byte_rows.ByteRows``: Arrow's layout or a matrix).
+        n: the rows.
+    Returns:
+        (bytes, offsets): uint8 and int64 (n + 1, from 0), Arrow's binary layout. One
+        pass on the Mojo backend (the GIL released); None on numpy's, which has no such
+        pass (the caller joins with Arrow).
+    """
+    return _backend.current().backend.join_rows(list(parts), int(n))
 
 
 def read_flat_json(values: pa.Array, fields: list[FlatField]) -> FlatRead | None:

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 import numpy as np
 import pyarrow as pa
 
+from featureflow.ops._byte_rows import ByteRows
 from featureflow.ops._flat_json import FlatField, FlatRead
 from featureflow.ops._inputs import Series
 from featureflow.ops._query import Plan, Run
@@ -77,6 +78,11 @@ class Backend(Protocol):
         self, stamps: pa.StringArray, max_millis: int
     ) -> tuple[np.ndarray, np.ndarray]:
         """Per timestamp text: epoch µs (int64, 0 where unknown) and whether it was read."""
+        ...
+
+    def join_rows(self, parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Row ``i`` of the result is row ``i`` of each part, in order, as (bytes, int64
+        offsets); None where the backend has no such pass (the caller joins)."""
         ...
 
     def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:

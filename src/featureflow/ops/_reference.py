@@ -24,6 +24,7 @@ from featureflow.ops._inputs import Series
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
 if TYPE_CHECKING:
+    from featureflow.ops._byte_rows import ByteRows
     from featureflow.ops._flat_json import FlatField, FlatRead
     from featureflow.ops._query import Plan, Run
     from featureflow.ops._resume import InitialRecords, KeyedRows, RunColumns, Spliced
@@ -236,6 +237,10 @@ class ReferenceBackend:
         from featureflow.ops._stamps import stamp_micros
 
         return stamp_micros(stamps, max_millis)
+
+    def join_rows(self, parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """No row join here: the caller's (Arrow's ``binary_join_element_wise``) runs."""
+        return None
 
     def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
         """No vectorised JSON pass in numpy: the caller's per-record parser reads all."""

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from featureflow.ops._byte_rows import ByteRows
 from featureflow.ops._checksums import SLICING_TABLES
 from featureflow.ops._flat_json import KIND_CODES, FlatColumn, FlatField, FlatRead
 from featureflow.ops._inputs import VALUE_TYPES, Series
@@ -418,6 +419,36 @@ class NativeBackend:
         ]  # fmt: skip
         self._call("stamp_micros", words)
         return micros, known.view(np.bool_)
+
+    def join_rows(self, parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """One pass over the rows (byte_rows.mojo), the GIL released."""
+        offsets = np.empty(n + 1, dtype=np.int64)
+        size = sum(part.total_bytes(n) for part in parts)
+        out = np.empty(max(size, 1), dtype=np.uint8)
+        words = [n, len(parts), int(offsets.ctypes.data), int(out.ctypes.data), size]
+        held: list[np.ndarray | None] = []  # what the kernel reads, alive until it returns
+        for part in parts:
+            if part.offsets is not None:
+                part_offsets = np.ascontiguousarray(part.offsets, dtype=np.int64)
+                held.append(part_offsets)
+                words += [0, int(part.data.ctypes.data), int(part_offsets.ctypes.data), 0, 0]
+                continue
+            matrix = part.data
+            if matrix.shape[1] > 1 and matrix.strides[1] != 1:
+                matrix = np.ascontiguousarray(matrix)
+            lengths = (
+                None if part.lengths is None
+                else np.ascontiguousarray(part.lengths, dtype=np.int64)
+            )  # fmt: skip
+            held += [matrix, lengths]
+            words += [1, int(matrix.ctypes.data),
+                      0 if lengths is None else int(lengths.ctypes.data),
+                      int(matrix.shape[1]), int(matrix.strides[0]) if n > 1 else 0]  # fmt: skip
+        if n:
+            self._call("join_rows", words)
+        else:
+            offsets[0] = 0
+        return out[:size], offsets
 
     def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
         """One pass over the records' bytes in place (json_flat.mojo), the GIL released."""
