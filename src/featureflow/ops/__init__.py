@@ -323,7 +323,15 @@ def crc64_rows(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         uint64, one per row. One pass per row on the Mojo backend (the GIL released),
         the rows of each length as one byte matrix on numpy's.
     """
-    return _backend.current().backend.crc64_rows(np.asarray(data), np.asarray(offsets))
+    data, offsets = np.asarray(data), np.asarray(offsets)
+    if len(offsets) > 1:  # both backends read only rows inside the bytes
+        if int(offsets[0]) < 0 or int(offsets[-1]) > len(data):
+            msg = f"offsets span [{int(offsets[0])}, {int(offsets[-1])}) of {len(data)} bytes"
+            raise ValueError(msg)
+        falling = np.flatnonzero(np.diff(offsets) < 0)
+        if len(falling):
+            raise ValueError(f"offsets decrease at row {int(falling[0])}")
+    return _backend.current().backend.crc64_rows(data, offsets)
 
 
 def stamp_micros(stamps: pa.Array, max_millis: int) -> tuple[np.ndarray, np.ndarray]:
