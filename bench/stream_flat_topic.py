@@ -13,7 +13,9 @@ running job) and with empty state, on the same events:
 - a local redis-server holds the online store. Before each measured pair, the same
   batch runs once unmeasured on empty state, so both measured writes find every entity
   already stored with the same event times: each is the steady state's update (an
-  equal event time replaces), never the cheaper creation of new hashes.
+  equal event time replaces), never the cheaper creation of new hashes;
+- the process runs with the allocators' settings of the job's Python workers
+  (:mod:`featureflow.spark.allocators`).
 
 Writes ``bench/results/stream_flat_topic.{json,md}``::
 
@@ -48,6 +50,7 @@ from stream_flat import RESULTS, build_state, scale_arguments  # noqa: E402
 from featureflow.events import sample  # noqa: E402
 from featureflow.infra.redis_server import RedisServer  # noqa: E402
 from featureflow.repo import StreamViewSpec, load_store, stream_view_specs  # noqa: E402
+from featureflow.spark import allocators  # noqa: E402
 from featureflow.spark.offline_sink import OfflineFeatureLog  # noqa: E402
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask, run_views  # noqa: E402
 from featureflow.spark.state import StateStore, wait_for_snapshots  # noqa: E402
@@ -90,6 +93,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     scale_arguments(parser, batches=8)
     args = parser.parse_args()
+    if missing := allocators.environment():  # start as the job's Python workers start
+        os.execve(sys.executable, [sys.executable, *sys.argv], os.environ | missing)
+    allocators.use_returning_allocators()
     load = [round(x, 2) for x in os.getloadavg()]
     full: list[dict[str, Any]] = []
     empty: list[dict[str, Any]] = []

@@ -27,7 +27,7 @@ from featureflow import ops, tiles
 from featureflow.columns import EVENT_NS
 from featureflow.repo import StreamViewSpec, cached_store
 from featureflow.session_state import SessionStates
-from featureflow.spark import arrow_pool, failpoints
+from featureflow.spark import allocators, failpoints
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
 from featureflow.spark.state import StateStore
@@ -322,7 +322,7 @@ class OnlineFeatureWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        arrow_pool.use_returning_pool()
+        allocators.use_returning_allocators()
         received = [batch for batch in batches if batch.num_rows]
         # A session view also runs without new events: the watermark may close sessions.
         if not received and not self.spec.is_session_view:

@@ -103,9 +103,9 @@ def _json_decoded(
     out = StructType(passed.schema.fields + from_arrow_schema(parsed_schema).fields)
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from featureflow.spark import arrow_pool, worker_gc
+        from featureflow.spark import allocators, worker_gc
 
-        arrow_pool.use_returning_pool()
+        allocators.use_returning_allocators()
         for batch in batches:
             parsed = decode(batch.column("value"))
             yield pa.RecordBatch.from_arrays(

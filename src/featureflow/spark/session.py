@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from featureflow.infra import maven
-from featureflow.spark import file_modes
+from featureflow.spark import allocators, file_modes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,6 +99,7 @@ def build_session(
     )
     conf.update(ui_conf)
     conf.update(file_modes.spark_conf())
+    conf.update(allocators.spark_conf())
     conf.update(extra_conf or {})
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
-from featureflow.spark import arrow_pool, failpoints, state, state_host, worker_gc
+from featureflow.spark import allocators, failpoints, state, state_host, worker_gc
 from featureflow.spark.online_sink import ViewTask, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
@@ -149,13 +149,11 @@ def after_task(batch_id: int) -> None:
     """What a worker sheds once a task of micro-batch ``batch_id`` is done: the state
     versions other workers replaced (:func:`~featureflow.spark.state.drop_superseded`).
 
-    The allocators' free pages stay: handing them back after each task
-    (``malloc_trim``, Arrow's ``release_unused``) lowers the workers' RSS between
-    tasks (kept growth 1.98x the state against 2.4-2.7x in a 10 M run) but not their
-    peak, which is what a memory limit must hold, and each next batch pays the page
-    faults again (0.5 s per GiB on a VM that reports freed pages to its host): a
-    topic batch of 200 k events over 24 h of state took 1.304 s with it and 1.155 s
-    without, its Redis write 0.776 s against 0.606 s.
+    No sweep of the allocators' free pages here: they return freed pages as they go
+    (:mod:`~featureflow.spark.allocators`). Sweeping after each task instead
+    (``malloc_trim``, Arrow's ``release_unused``) lowered the workers' RSS between
+    tasks but not their peak, and cost a topic batch of 200 k events over 24 h of
+    state 1.304 s against 1.155 s.
 
     The first task of a process also freezes what it holds for the collector
     (:func:`~featureflow.spark.worker_gc.settle`): PySpark collects garbage after
@@ -187,7 +185,7 @@ class TopicPass:
     batch_id: int
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        arrow_pool.use_returning_pool()
+        allocators.use_returning_allocators()
         received = [batch for batch in batches if batch.num_rows]
         if received:
             records = pa.Table.from_batches(received)
@@ -304,7 +302,7 @@ def run_on_driver(
     partitions, the same functions, the records of a partition in the same order
     (the Kafka partitions' records in turn, by offset).
     """
-    arrow_pool.use_returning_pool()
+    allocators.use_returning_allocators()
     partitions = records.column(PARTITION_COLUMN)
     out = pa.Table.from_batches(
         list(
@@ -335,7 +333,7 @@ class SessionCloser:
     batch_id: int
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        arrow_pool.use_returning_pool()
+        allocators.use_returning_allocators()
         for _ in batches:
             pass
         yield from state_host.run(closed_sessions, self, _partition_id())
