@@ -1,5 +1,5 @@
-"""The job's processes allocate Arrow buffers from jemalloc and hand freed pages back at
-once, unless the deployment chose otherwise."""
+"""The job's processes allocate Arrow buffers from jemalloc and map large malloc blocks
+on their own, unless the deployment chose otherwise."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ libc.free(block)
 
 
 def _probe(probe: str, *args: str, **env_set: str) -> list[str]:
-    names = (allocators.POOL_ENV, allocators.JEMALLOC_ENV, *allocators.GLIBC_MALLOC)
+    names = (allocators.POOL_ENV, *allocators.GLIBC_MALLOC)
     env = {k: v for k, v in os.environ.items() if k not in names} | env_set
     done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True,
                           text=True, env=env, check=True)  # fmt: skip
@@ -72,23 +72,21 @@ def test_large_blocks_stay_mapped_once_the_allocators_are_set() -> None:
 def test_the_executors_get_every_setting_the_environment_lacks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in (allocators.JEMALLOC_ENV, *allocators.GLIBC_MALLOC):
+    for name in allocators.GLIBC_MALLOC:
         monkeypatch.delenv(name, raising=False)
     assert allocators.spark_conf() == {
-        "spark.executorEnv.JE_ARROW_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0",
         "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072",
         "spark.executorEnv.MALLOC_TRIM_THRESHOLD_": "131072",
     }
-    monkeypatch.setenv(allocators.JEMALLOC_ENV, "narenas:2")
-    assert "spark.executorEnv.JE_ARROW_MALLOC_CONF" not in allocators.spark_conf()
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(1 << 20))
+    assert allocators.spark_conf() == {"spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 @pytest.mark.integration
 def test_the_python_workers_start_with_the_settings(spark) -> None:  # type: ignore[no-untyped-def]
-    names = [allocators.JEMALLOC_ENV, *allocators.GLIBC_MALLOC]
-    expected = [os.environ.get(name) or value for name, value in zip(
-        names, [allocators.JEMALLOC_CONF, *map(str, allocators.GLIBC_MALLOC.values())],
-        strict=True)]  # fmt: skip
+    names = list(allocators.GLIBC_MALLOC)
+    expected = [os.environ.get(name) or str(value)
+                for name, value in allocators.GLIBC_MALLOC.items()]  # fmt: skip
     seen = spark.sparkContext.parallelize([0], 1).map(
         lambda _: [os.environ.get(name) for name in names]).collect()[0]
     assert seen == expected

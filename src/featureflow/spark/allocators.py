@@ -1,11 +1,11 @@
-"""The allocators of the job's Python processes: set to hand freed pages back at once.
+"""The allocators of the job's Python processes: Arrow's jemalloc, and glibc's ``malloc``
+set to hand large freed blocks back at once.
 
 A Python worker holds its partitions' window state between micro-batches and, per
 task, allocates a batch's transient columns on top of it. Two allocators serve it:
-Arrow's pool (the state tables, the batch's Arrow columns) and glibc's ``malloc``
-(numpy arrays, Python objects, the kernels' buffers). Each keeps freed pages by
-default, so a worker's RSS is the state, plus the transients it allocates, plus what
-the allocators kept of earlier transients:
+Arrow's pool (the state tables, the batch's Arrow columns, the kernels' pooled
+outputs) and glibc's ``malloc`` (numpy arrays, Python objects). What a worker's RSS
+holds beyond the state and the transients is what they kept of earlier transients:
 
 - pyarrow's default pool on Linux, mimalloc, keeps most of a task's freed columns.
   Measured in 10 M-event runs of the job (``bench/stream.py``, 1 M records a
@@ -14,32 +14,30 @@ the allocators kept of earlier transients:
   kept (1.95-2.18x the state) and 1,038-1,245 MiB at the peak in four runs;
   jemalloc 559 MiB kept (1.51x), 1,064 MiB at the peak; the system allocator 1,202
   and 1,280 MiB. So Arrow allocates from jemalloc (:func:`use_returning_allocators`).
-- Arrow's jemalloc purges a freed page only after a decay of 1 s (its build's
-  ``dirty_decay_ms:1000,muzzy_decay_ms:1000``), per arena, and the state host runs
-  the executor's tasks on threads that each have an arena. :data:`JEMALLOC_CONF`
-  sets the decay to 0.
+  Its freed pages decay over 1 s (Arrow's build), so the next task reuses them
+  without faulting them in again. A decay of 0 (with the glibc settings below) made a
+  topic batch over 24 h of state (``bench/stream_flat_topic.py``) take 1.13-1.27 s
+  against 0.93 s, so it is not set.
 - glibc raises its ``mmap`` threshold each time a large block is freed (up to
   32 MiB), so after the first batch most numpy columns come from the heap, and its
-  free chunks stay in RSS: 90-140 MiB of the state host's heap at its peak was free.
-  :data:`GLIBC_MALLOC` fixes the threshold at 128 KiB, so a large array is mapped on
-  its own and unmapped when freed, and trims the heap's top past 128 KiB.
+  free chunks stay in RSS: at the state host's peak in a 10 M run, 232-276 MiB of
+  heap held 151-189 MiB in use. :data:`GLIBC_MALLOC` fixes the threshold at 128 KiB,
+  so a large array is mapped on its own and unmapped when freed, and trims the heap's
+  top past 128 KiB. The topic batch over 24 h of state took 0.926 s with it against
+  0.911 s with thresholds of 32 and 64 MiB (where glibc's own grow to).
 
-Measured with these settings against jemalloc alone, featureflow alone on the same
-10 M-event command, one run each (2026-12-04 14:54-15:03 UTC; the state host's RSS
-split by ``mallinfo2`` and Arrow's pool, a measurement patch not kept): growth kept
-539 -> 299 MiB (1.46x -> 0.81x the state), at the peak 894 -> 761 MiB (2.41x ->
-2.06x), 140,995 -> 146,520 events/s after batch 0. The pages a task frees are faulted
-in again by the next one: that cost did not show at this scale (jemalloc's decay
-alone: 140,922 events/s).
+The Python workers' summed RSS at the peak of a featureflow-only 10 M-event run
+(2026-12-04 afternoon, one run each): 1,185-1,512 MiB with jemalloc alone (four
+runs; three of them 1,437-1,512), 1,311 MiB with these settings.
 
-The executors' workers get the settings from their environment, which glibc and
-jemalloc read as a process starts (:func:`spark_conf`, as ``spark.executorEnv``;
-the daemon that forks the workers starts with it). A process that started without
-them (the driver, which runs small batches itself) gets the same from
-:func:`use_returning_allocators`, for the arenas and blocks it allocates from then
-on. A setting the deployment made (``$ARROW_DEFAULT_MEMORY_POOL``,
-``$JE_ARROW_MALLOC_CONF``, ``$MALLOC_MMAP_THRESHOLD_``, ``$MALLOC_TRIM_THRESHOLD_``)
-is kept, and a pyarrow built without jemalloc keeps its default pool.
+The executors' workers get the glibc settings from their environment, which glibc
+reads as a process starts (:func:`spark_conf`, as ``spark.executorEnv``: the daemon
+that forks the workers starts with it). A process that started without them (the
+driver, which runs small batches itself) gets the same by ``mallopt`` from
+:func:`use_returning_allocators`. A setting the deployment made
+(``$ARROW_DEFAULT_MEMORY_POOL``, ``$MALLOC_MMAP_THRESHOLD_``,
+``$MALLOC_TRIM_THRESHOLD_``) is kept, and a pyarrow built without jemalloc keeps its
+default pool.
 """
 
 from __future__ import annotations
@@ -53,11 +51,6 @@ import pyarrow as pa
 
 POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 """pyarrow's own setting of its default pool (``jemalloc``, ``mimalloc``, ``system``)."""
-JEMALLOC_ENV = "JE_ARROW_MALLOC_CONF"
-"""Options of Arrow's jemalloc, read as it starts (its symbols carry the ``je_arrow_``
-prefix, and so does the variable)."""
-JEMALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
-"""Purge freed pages at once (Arrow's build: after 1 s)."""
 GLIBC_MALLOC: dict[str, int] = {"MALLOC_MMAP_THRESHOLD_": 128 << 10,
                                 "MALLOC_TRIM_THRESHOLD_": 128 << 10}  # fmt: skip
 """glibc's ``malloc`` settings (``mallopt(3)``), as the environment names them: blocks
@@ -70,11 +63,9 @@ _chosen: str | None = None
 
 
 def environment() -> dict[str, str]:
-    """The allocators' settings as a process's environment, except those this one's
-    environment already sets: for processes to start with (glibc and jemalloc read
-    them as a process starts)."""
-    wanted = {JEMALLOC_ENV: JEMALLOC_CONF} | {name: str(v) for name, v in GLIBC_MALLOC.items()}
-    return {name: value for name, value in wanted.items() if not os.environ.get(name)}
+    """glibc's settings as a process's environment, except those this one's environment
+    already sets: for processes to start with (glibc reads them as a process starts)."""
+    return {name: str(value) for name, value in GLIBC_MALLOC.items() if not os.environ.get(name)}
 
 
 def spark_conf() -> dict[str, str]:
@@ -84,17 +75,13 @@ def spark_conf() -> dict[str, str]:
 
 def use_returning_allocators() -> str:
     """Once per process: make jemalloc Arrow's default pool unless ``$ARROW_DEFAULT_MEMORY_POOL``
-    names one, set its decay to 0 for the arenas it creates from now on, and glibc's
-    thresholds (:data:`GLIBC_MALLOC`), each unless the environment sets it. Returns the
-    default pool's backend."""
+    names one, and set glibc's thresholds (:data:`GLIBC_MALLOC`) that the environment
+    does not set. Returns the default pool's backend."""
     global _chosen
     if _chosen is None:
         if not os.environ.get(POOL_ENV):
             with contextlib.suppress(NotImplementedError):  # pyarrow built without jemalloc
                 pa.set_memory_pool(pa.jemalloc_memory_pool())
-        if not os.environ.get(JEMALLOC_ENV):
-            with contextlib.suppress(NotImplementedError):
-                pa.jemalloc_set_decay_ms(0)
         _set_glibc_malloc()
         _chosen = pa.default_memory_pool().backend_name
     return _chosen
