@@ -69,17 +69,14 @@ def test_large_blocks_stay_mapped_once_the_allocators_are_set() -> None:
     assert _probe(MMAP_PROBE, "set", MALLOC_MMAP_THRESHOLD_=str(4 << 20)) == ["heap"]
 
 
-def test_the_executors_get_every_setting_the_environment_lacks(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for name in allocators.GLIBC_MALLOC:
-        monkeypatch.delenv(name, raising=False)
-    assert allocators.spark_conf() == {
+def test_the_executors_get_every_setting_the_environment_lacks() -> None:
+    unset = {"PATH": "/usr/bin"}
+    assert allocators.spark_conf(unset) == {
         "spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072",
         "spark.executorEnv.MALLOC_TRIM_THRESHOLD_": "131072",
     }
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(1 << 20))
-    assert allocators.spark_conf() == {"spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072"}
+    own_trim = unset | {"MALLOC_TRIM_THRESHOLD_": str(1 << 20)}
+    assert allocators.spark_conf(own_trim) == {"spark.executorEnv.MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 @pytest.mark.integration

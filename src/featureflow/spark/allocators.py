@@ -17,18 +17,19 @@ holds beyond the state and the transients is what they kept of earlier transient
   Its freed pages decay over 1 s (Arrow's build), so the next task reuses them
   without faulting them in again. A decay of 0 (with the glibc settings below) made a
   topic batch over 24 h of state (``bench/stream_flat_topic.py``) take 1.13-1.27 s
-  against 0.93 s, so it is not set.
+  against 0.93-1.03 s, so it is not set.
 - glibc raises its ``mmap`` threshold each time a large block is freed (up to
   32 MiB), so after the first batch most numpy columns come from the heap, and its
   free chunks stay in RSS: at the state host's peak in a 10 M run, 232-276 MiB of
   heap held 151-189 MiB in use. :data:`GLIBC_MALLOC` fixes the threshold at 128 KiB,
   so a large array is mapped on its own and unmapped when freed, and trims the heap's
-  top past 128 KiB. The topic batch over 24 h of state took 0.926 s with it against
-  0.911 s with thresholds of 32 and 64 MiB (where glibc's own grow to).
+  top past 128 KiB. The topic batch over 24 h of state took 0.93-1.03 s with it against
+  0.91 s with thresholds of 32 and 64 MiB (where glibc's own grow to): the compute's
+  state-sized arrays are mapped afresh each batch.
 
-The Python workers' summed RSS at the peak of a featureflow-only 10 M-event run
-(2026-12-04 afternoon, one run each): 1,185-1,512 MiB with jemalloc alone (four
-runs; three of them 1,437-1,512), 1,311 MiB with these settings.
+The Python workers' summed RSS at the peak of a 10 M-event run on Redis (2026-12-04
+afternoon): 1,185-1,512 MiB with jemalloc alone (four featureflow-only runs; three of
+them 1,437-1,512), 1,303-1,311 MiB with these settings (two runs).
 
 The executors' workers get the glibc settings from their environment, which glibc
 reads as a process starts (:func:`spark_conf`, as ``spark.executorEnv``: the daemon
@@ -44,8 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
+from collections.abc import Mapping
 
 import pyarrow as pa
 
@@ -62,15 +63,16 @@ _chosen: str | None = None
 """The Arrow pool's backend this process settled on (None: not yet)."""
 
 
-def environment() -> dict[str, str]:
-    """glibc's settings as a process's environment, except those this one's environment
-    already sets: for processes to start with (glibc reads them as a process starts)."""
-    return {name: str(value) for name, value in GLIBC_MALLOC.items() if not os.environ.get(name)}
+def environment(current: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """glibc's settings as a process's environment, except those ``current`` (this
+    process's environment) already sets: for processes to start with (glibc reads them
+    as a process starts)."""
+    return {name: str(value) for name, value in GLIBC_MALLOC.items() if not current.get(name)}
 
 
-def spark_conf() -> dict[str, str]:
+def spark_conf(current: Mapping[str, str] = os.environ) -> dict[str, str]:
     """Spark settings that start the executors' Python workers with :func:`environment`."""
-    return {f"spark.executorEnv.{name}": value for name, value in environment().items()}
+    return {f"spark.executorEnv.{name}": value for name, value in environment(current).items()}
 
 
 def use_returning_allocators() -> str:
@@ -88,12 +90,9 @@ def use_returning_allocators() -> str:
 
 
 def _set_glibc_malloc() -> None:
-    name = ctypes.util.find_library("c")
-    if name is None or "libc.so" not in name:  # not glibc: its own defaults
-        return
-    libc = ctypes.CDLL(name)
+    libc = ctypes.CDLL(None)  # the symbols the process already has: its C library's
     if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
-        return
+        return  # not glibc: its own defaults
     for env, value in GLIBC_MALLOC.items():
         if not os.environ.get(env):
             libc.mallopt(_MALLOPT[env], value)
