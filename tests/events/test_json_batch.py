@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -148,12 +149,20 @@ def test_numbers_read_by_the_kernel_are_the_per_record_parsers(numbers: list[str
     assert_same_as_per_record(PARSERS["all types"], [text.encode() for text in every_type])
 
 
-def test_good_records_are_read_by_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def mojo_backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The kernels' backend, chosen anew for the test and after it; fails if they are
+    missing (as the ops tests' fixture)."""
     from featureflow.ops import _backend
 
-    monkeypatch.setenv(_backend.ENV_VAR, "mojo")  # the kernel's: fails if it is missing
+    monkeypatch.setenv(_backend.ENV_VAR, "mojo")
     _backend.reset()
-    monkeypatch.setattr(_backend, "_choice", None)  # chosen anew after the test too
+    yield
+    _backend.reset()
+
+
+@pytest.mark.usefixtures("mojo_backend")
+def test_good_records_are_read_by_the_kernel() -> None:
     # amounts of a few decimals, as the sample producer writes (a double of 17 significant
     # digits, such as 1/7, is beyond the kernel's exact conversion: Python reads it)
     values = [event(user, round(user * 1.37, 2), "2026-11-30T00:00:00.250Z")
