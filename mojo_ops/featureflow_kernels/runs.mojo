@@ -248,15 +248,15 @@ def gather_runs(d: I64P) -> Int:
     view reads back of its state for the keys it recomputes.
 
     Descriptor words: 0 runs R, 1 value columns C, 2 keys K, 3 keys addr (int64,
-    sorted, distinct), 4 from addr (int64 ns a key: only its rows with ts >= it),
-    5 offsets out addr (int64, K + 1), 6 ts out addr (int64), 7 rows out addr
-    (int64: the row's index in the runs' concatenation), 8 scratch addr (int64,
-    twice the rows the outputs hold), 9 the rows the outputs hold; then 3
-    words a run: rows, keys addr (int64), ts addr (int64); then 4 words a (run,
-    column), run-major: values addr, dtype code, validity addr (0: none), validity
-    offset (bits); then C words: each column's float64 out addr (NaN for null).
-    Returns the rows written, or -1 when the keys have more rows than the outputs
-    hold (nothing is then valid)."""
+    sorted, distinct), 4 from addr (int64 ns a key: only its rows with ts >= it), 5
+    offsets out addr (int64, K + 1), 6 ts out addr (int64), 7 rows out addr (int64:
+    the row's index in the runs' concatenation), 8 scratch addr (int64, twice the
+    most rows one key gathers: it sorts one key's rows at a time), 9 the rows the
+    outputs hold; then 3 words a run: rows, keys addr (int64), ts addr (int64); then
+    4 words a (run, column), run-major: values addr, dtype code, validity addr (0:
+    none), validity offset (bits); then C words: each column's float64 out addr (NaN
+    for null). Returns the rows written, or -1 when the keys have more rows than the
+    outputs hold (nothing is then valid)."""
     var nruns = Int(d[unsafe_offset=0])
     var ncols = Int(d[unsafe_offset=1])
     var nkeys = Int(d[unsafe_offset=2])

@@ -135,24 +135,30 @@ def entity_keys(runs: list[ops.RunColumns]) -> np.ndarray:
 
 
 def read_back(
-    runs: list[ops.RunColumns], keys: np.ndarray, from_ns: np.ndarray
-) -> KeyedRows:
+    runs: list[ops.RunColumns], keys: np.ndarray, from_ns: np.ndarray,
+    capacity: int | None = None,
+) -> KeyedRows:  # fmt: skip
     """The rows of ``keys`` (sorted, distinct) with time >= ``from_ns`` (per key), in
-    time order, ties in arrival order (:func:`featureflow.ops.gather_runs`)."""
+    time order, ties in arrival order (:func:`featureflow.ops.gather_runs`, ``capacity``
+    its hint of the rows found)."""
     ncols = len(runs[0][2]) if runs else 0
     if not runs or not len(keys):
         return KeyedRows.empty(len(keys), ncols)
-    return ops.gather_runs(runs, keys, from_ns)
+    return ops.gather_runs(runs, keys, from_ns, capacity)
 
 
 def compact(
-    runs: list[pa.Table], columns: list[ops.RunColumns], keys: np.ndarray, bounds: np.ndarray
-) -> list[pa.Table]:
+    runs: list[pa.Table], columns: list[ops.RunColumns], keys: np.ndarray, bounds: np.ndarray,
+    live_rows: int | None = None,
+) -> list[pa.Table]:  # fmt: skip
     """The live rows of ``runs`` as one run: of each key in ``keys`` (sorted, distinct)
-    its rows at or after its bound (ns), of the other keys none."""
+    its rows at or after its bound (ns), of the other keys none. ``live_rows``: how many
+    that is, when known (the read-back then holds room for those, not for every row:
+    compaction runs when the runs hold twice the live rows or more)."""
     if not runs or not len(keys):
         return []
-    found = read_back([(k, t, []) for k, t, _ in columns], keys, bounds)
-    if found.rows is None or not len(found.rows):
+    # only the row indices are kept: the rows' times go before the columns are taken
+    rows = read_back([(k, t, []) for k, t, _ in columns], keys, bounds, live_rows).rows
+    if rows is None or not len(rows):
         return []
-    return [state_runs.take_rows(runs, found.rows)]
+    return [state_runs.take_rows(runs, rows)]

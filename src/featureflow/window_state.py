@@ -355,7 +355,7 @@ def session_step(
     if session_runs.compaction_due(held, live, len(runs)):
         bound_keys, bounds = advanced.states.bounds()
         keep_from = keep_from_table(pa.array(bound_keys), bounds, key)
-        runs = session_runs.compact(runs, run_columns, bound_keys, bounds)
+        runs = session_runs.compact(runs, run_columns, bound_keys, bounds, live)
     delta = StateDelta(new, SESSIONS, key=key, keep_from=keep_from, closed=closed)
     kept = session_runs.state_table(runs, new.schema, closed)
     return StateStep(rows, history, kept, delta, frames=advanced.states)

@@ -109,6 +109,28 @@ def test_records_from_nothing_answer_the_session_kernel(
     np.testing.assert_array_equal(latest[:, R.R_KEY], distinct)
 
 
+def test_more_sessions_than_the_first_guess_are_all_returned(backend: str) -> None:
+    """The kernel's output is sized by a guess of the sessions a row opens (learnt from
+    earlier calls); a call that opens more (here every row of every key its own session,
+    more than the guess's slack of records) is made again with room for all."""
+    from featureflow.ops import _backend
+
+    impl = _backend.current().backend
+    n, nkeys = 6_000, 3
+    keys = np.arange(n, dtype=np.int64) % nkeys
+    ts = np.arange(n, dtype=np.int64) * (GAP + 1)  # each row past the gap of the one before
+    values = pa.array(np.arange(n, dtype=np.float64))
+    distinct, new = _keyed(keys, ts, values)
+    before = getattr(impl, "_sessions_per_row", None)
+    sessions, _, latest = _resume(distinct, _nothing(nkeys), R.KeyedRows.empty(nkeys, 1), new, 0, 0)
+    assert len(sessions) == n
+    np.testing.assert_array_equal(np.sort(sessions[:, R.R_START]), ts)
+    np.testing.assert_array_equal(sessions[:, R.R_ROWS], np.ones(n))
+    np.testing.assert_array_equal(latest[:, R.R_START], ts[-nkeys:])
+    if backend == "mojo":  # the guess grew: the next such call fits at once
+        assert before is not None and impl._sessions_per_row > before
+
+
 def _table(records: np.ndarray) -> dict[str, list[float | None]]:
     """count/sum/mean/min/max of records, as `session_state.feature_rows` answers them."""
     from featureflow.session_state import _aggregates
@@ -184,7 +206,9 @@ def _keyed_by(records: np.ndarray, keys: np.ndarray) -> np.ndarray:
        wanted=st.lists(st.integers(0, 5), max_size=6),
        since=st.integers(-10**12, 10**12))  # fmt: skip
 def test_runs_sorted_and_read_back_as_the_references_do(
-    data: tuple[np.ndarray, np.ndarray, pa.Array], splits: list[int], wanted: list[int],
+    data: tuple[np.ndarray, np.ndarray, pa.Array],
+    splits: list[int],
+    wanted: list[int],
     since: int,
 ) -> None:
     keys, ts, values = data

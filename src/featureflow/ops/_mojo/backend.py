@@ -37,6 +37,9 @@ from featureflow.ops._resume import (
 )
 from featureflow.ops._tables import OutputColumn, WindowBounds
 
+_SESSIONS_SLACK: Final = 1024
+"""`resume_sessions`' room for sessions beyond its estimate (records)."""
+
 
 class NativeBackend:
     """The Mojo kernels behind the backend interface of `featureflow.ops._backend`."""
@@ -56,6 +59,8 @@ class NativeBackend:
         if layout != (R_HEAD, R_COL):
             msg = f"the kernels' session records are laid out as {layout}, not {(R_HEAD, R_COL)}"
             raise ValueError(msg)
+        self._sessions_per_row = 1 / 8
+        """`resume_sessions`' room for sessions beyond one a key, per row: learnt."""
 
     def _call(self, kernel: str, words: list[int] | np.ndarray, *extra: int) -> int:
         desc = words if isinstance(words, np.ndarray) else np.array(words, dtype=np.int64)
@@ -293,9 +298,12 @@ class NativeBackend:
                 data = descriptor.address(column, 1) + column.offset * column.type.byte_width
                 inputs += [data, VALUE_TYPES[column.type], descriptor.address(column, 0),
                            column.offset]  # fmt: skip
+        # the scratch sorts one key's rows at a time (those whose runs interleave in time)
+        widest = sum(_widest_key(np.asarray(run[0])) for run in runs)
         while True:
             offsets = pooled((len(keys) + 1,))
-            ts, rows, scratch = pooled((room,)), pooled((room,)), pooled((2 * room,))
+            ts, rows = pooled((room,)), pooled((room,))
+            scratch = pooled((2 * min(room, widest),))
             values = [pooled((room,), np.float64) for _ in range(ncols)]
             words = [*head, offsets.ctypes.data, ts.ctypes.data, rows.ctypes.data,
                      scratch.ctypes.data, room, *inputs,
@@ -314,7 +322,8 @@ class NativeBackend:
         width = record_words(ncols)
         nkeys = len(keys)
         rows = len(kept.ts) + len(new.ts)
-        sessions = pooled((nkeys + rows, width))
+        bound = nkeys + rows  # every row its own session
+        room = min(bound, nkeys + int(rows * self._sessions_per_row) + _SESSIONS_SLACK)
         checkpoints = pooled((rows // max(every, 1) + nkeys + 1, width))
         latest = pooled((nkeys, width))
         counts = np.zeros(2, np.int64)
@@ -324,12 +333,22 @@ class NativeBackend:
         columns = [np.ascontiguousarray(v, dtype=np.float64) for pair in
                    zip(kept.values, new.values, strict=True) for v in pair]  # fmt: skip
         words = [nkeys, ncols, gap, max_length, every, *(a.ctypes.data for a in arrays[:7]),
-                 sessions.ctypes.data, len(sessions), checkpoints.ctypes.data, len(checkpoints),
+                 0, 0, checkpoints.ctypes.data, len(checkpoints),
                  latest.ctypes.data, arrays[7].ctypes.data, counts.ctypes.data,
                  *(c.ctypes.data for c in columns)]  # fmt: skip
-        if self._call("resume_sessions", words) < 0:
-            msg = "resume_sessions: an output's capacity was too small"
-            raise RuntimeError(msg)
+        while True:
+            sessions = pooled((room, width))
+            words[12:14] = [sessions.ctypes.data, len(sessions)]
+            if self._call("resume_sessions", words) >= 0:
+                break
+            if room == bound:  # room for every row's session: the others were short
+                msg = "resume_sessions: an output's capacity was too small"
+                raise RuntimeError(msg)
+            room = bound
+        # the next call's room: twice the most sessions a row has opened beyond the
+        # slack, so a call seldom runs twice, and none holds a record for every row
+        opened = max(int(counts[0]) - nkeys - _SESSIONS_SLACK, 0) / max(rows, 1)
+        self._sessions_per_row = min(max(self._sessions_per_row, 2 * opened), 1.0)
         return sessions[: counts[0]], checkpoints[: counts[1]], latest
 
     def record_segments(
@@ -518,3 +537,11 @@ class NativeBackend:
                 return m
         msg = "internal: sessions kernel refused its scratch"
         raise RuntimeError(msg)
+
+
+def _widest_key(run_keys: np.ndarray) -> int:
+    """The most rows one key has in a run sorted by key."""
+    if not len(run_keys):
+        return 0
+    starts = np.flatnonzero(run_keys[1:] != run_keys[:-1]) + 1
+    return int(np.diff(starts, prepend=0, append=len(run_keys)).max())
