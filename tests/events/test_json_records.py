@@ -121,6 +121,12 @@ def test_agrees_with_spark_from_json(spark, messages) -> None:  # type: ignore[n
             name = field.name
             expected = row["typed"][name] if row["typed"] is not None else None
             present = row["text"] is not None and row["text"][name] is not None
+            value = record.get(name)
+            if name == "t" and type(value) is int and 127 < value <= 255:
+                # Jackson's getByteValue takes 128..255 as an unsigned byte, so Spark
+                # reads 128 as -128; the parser refuses the out-of-range value instead
+                assert not got[VALID_PREFIX + name], (message, name)
+                continue
             assert got[VALID_PREFIX + name] == (not present or expected is not None), (
                 message, name)  # fmt: skip
             if name in ("txt", "ts") and not isinstance(record.get(name), str):
