@@ -168,6 +168,7 @@ def job_run(system: str, topic_events: int, batches: list[dict[str, Any]]) -> St
     start = min(b["end_s"] - b["duration_s"] for b in busy)
     end = max(b["end_s"] for b in busy)
     keep = ("view", "batch_id", "records", "events", "state_rows", "state_bytes",
+            "state_frame_bytes",
             "partitions_run", "cold_partitions", "entities_written", "duration_s",
             "freshness_p50_s", "freshness_p99_s", "phases_s", "end_s")  # fmt: skip
     return StreamRun(system, topic_events, end - start, [{k: b.get(k) for k in keep} for b in busy])
@@ -238,8 +239,12 @@ def check_encoding(events: sample.SampleEvents, count: int = 2_000) -> None:
         raise AssertionError("encode_json disagrees with sample.to_json")
 
 
-def produce_events(bootstrap: str, topic: str, events: int, users: int, seed: int) -> float:
-    """Generate and produce ``events`` sample events into a new 2-partition topic; returns s."""
+def produce_events(
+    bootstrap: str, topic: str, events: int, users: int, seed: int
+) -> tuple[float, int]:
+    """Generate and produce ``events`` sample events into a new 2-partition topic; returns
+    the seconds it took and the distinct users (entities) among them (the sample's
+    activity is Zipf-like: fewer than ``users``)."""
     kafka_broker.create_topic(bootstrap, topic, partitions=2)
     generated = sample.generate(events, users=users, seed=seed)
     check_encoding(generated)
@@ -247,7 +252,7 @@ def produce_events(bootstrap: str, topic: str, events: int, users: int, seed: in
     for start in range(0, events, 1_000_000):
         chunk = rows(generated, start, start + 1_000_000)
         kafka_client.produce(bootstrap, topic, encode_json(chunk), timeout_s=600)
-    return time.monotonic() - started
+    return time.monotonic() - started, len(np.unique(generated.user_id))
 
 
 class RateProducer(threading.Thread):
@@ -539,13 +544,21 @@ def fixed_cost(args: argparse.Namespace, root: Path) -> str:
     return "\n".join(lines)
 
 
-def memory_table(runs: list[StreamRun]) -> str:
-    """The featureflow runs' state after their last batch and their Python workers' RSS."""
-    lines = ["| system | state events | state MiB | bytes / event | workers' peak MiB "
+def memory_table(runs: list[StreamRun], entities: int) -> str:
+    """The featureflow runs' state after their last batch and their Python workers' RSS.
+
+    The state's raw size is reported two ways, and the workers' growth against each:
+    its events (``state_bytes``: key, time and values of every held event, Arrow
+    bytes) and its whole footprint, those events plus the frame states and kept
+    sessions held beside them (``state_frame_bytes``). Per entity: over the topic's
+    distinct ``entities`` (each view holds state for at most those).
+    """
+    lines = ["| system | state events | state MiB | bytes / event | frame states MiB "
+             "| bytes / entity (events + frames) | workers' peak MiB "
              "| largest worker MiB | first -> last tenth MiB | worker baseline MiB "
              "| kept growth MiB (/ state) | peak growth MiB (/ state) "
-             "| cold partition tasks after batch 0 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| peak growth / (state + frames) | cold partition tasks after batch 0 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for run in runs:
         if not run.memory.get("samples"):
             continue
@@ -554,11 +567,13 @@ def memory_table(runs: list[StreamRun]) -> str:
             last[batch["view"]] = batch
         rows_held = sum(b.get("state_rows") or 0 for b in last.values())
         bytes_held = sum(b.get("state_bytes") or 0 for b in last.values())
+        frame_bytes = sum(b.get("state_frame_bytes") or 0 for b in last.values())
         growth = run.memory.get("growth_mib")
         if growth is None:  # no baseline: the summed RSS's first to last tenth
             growth = run.memory["last_tenth_mib"] - run.memory["first_tenth_mib"]
         kept = run.memory.get("kept_growth_mib")
         state_mib = bytes_held / (1 << 20)
+        whole_mib = (bytes_held + frame_bytes) / (1 << 20)
         # a task is cold when its worker did not hold the partition's frame states
         later = [b for b in run.batches if (b.get("batch_id") or 0) > 0]
         tasks = sum(b.get("partitions_run") or 0 for b in later)
@@ -566,11 +581,14 @@ def memory_table(runs: list[StreamRun]) -> str:
         lines.append(
             f"| {run.system} | {rows_held:,} | {state_mib:.0f} "
             f"| {bytes_held / rows_held if rows_held else 0:.1f} "
+            f"| {frame_bytes / (1 << 20):.0f} "
+            f"| {(bytes_held + frame_bytes) / entities if entities else 0:,.0f} "
             f"| {run.memory['peak_total_mib']:,.0f} | {run.memory['peak_worker_mib']:,.0f} "
             f"| {run.memory['first_tenth_mib']:,.0f} -> {run.memory['last_tenth_mib']:,.0f} "
             f"| {run.memory.get('baseline_mib', 0):,.0f} "
             f"| {'-' if kept is None else f'{kept:,.0f} ({kept / state_mib:.2f}x)'} "
             f"| {growth:,.0f} ({growth / state_mib if state_mib else float('nan'):.2f}x) "
+            f"| {growth / whole_mib if whole_mib else float('nan'):.2f}x "
             f"| {f'{cold:,} of {tasks:,} ({cold / tasks:.0%})' if tasks else '-'} |"
         )
     return "\n".join(lines)
@@ -620,7 +638,7 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     (featureflow, both views, on the first of ``args.stores``)."""
     load_before = os.getloadavg()[0]
     topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
-    produce_s = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
+    produce_s, entities = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
     print(f"produced {args.events:,} events ({args.users:,} users) to {topic} in {produce_s:.0f} s")
     offsets = args.max_offsets_per_trigger
     runs: list[StreamRun] = []
@@ -691,9 +709,10 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     kafka_broker.delete_topic(args.bootstrap, topic)
     load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     save("sustained", {
-        "scale": {"events": args.events, "users": args.users, "max_offsets_per_trigger": offsets},
+        "scale": {"events": args.events, "users": args.users, "entities": entities,
+                  "max_offsets_per_trigger": offsets},
         "load_average_1m": load, "produce_s": round(produce_s, 1), "runs": as_record(runs),
-        "table": table(runs, both, floor) + "\n\nMemory:\n\n" + memory_table(runs),
+        "table": table(runs, both, floor) + "\n\nMemory:\n\n" + memory_table(runs, entities),
         "notes": [f"{r.system}: {r.note}" for r in runs if r.note],
     })  # fmt: skip
     return both

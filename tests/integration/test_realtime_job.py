@@ -71,6 +71,7 @@ def test_job_writes_online_features_equal_to_duckdb(
     assert phases["executors_compute"] > 0
     assert phases["pass"] + phases["dead_letters"] <= metrics[0]["duration_s"]
     assert metrics[0]["state_bytes"] > 0 and metrics[0]["state_rows"] > 0
+    assert metrics[0]["state_frame_bytes"] > 0  # the rolling view's frame states, held
     # ... and lands, untouched, in the dead-letter topic with the reason in its headers.
     letters = consume(kafka_bootstrap, f"{topic}.dlq", len(BAD_RECORDS))
     assert sorted(value for value, _ in letters) == sorted(BAD_RECORDS)

@@ -94,6 +94,7 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
                     dead_letters={"not a JSON object": 2}, duration_s=0.5,
                     freshness_p50_s=0.2, freshness_p99_s=1.5, partitions_run=8,
                     cold_partitions=cold, freshness_buckets={"0.1995": 3, "1": 2, "1e+07": 1},
+                    state_bytes=1000 * (batch_id + 1), state_frame_bytes=300 * (batch_id + 1),
                 )
             )  # fmt: skip
         text = (
@@ -110,6 +111,9 @@ def test_prometheus_endpoint_serves_the_batch() -> None:
         in text
     )
     assert 'featureflow_cold_partitions_total{view="user_txn_stats"} 4.0' in text
+    # gauges: the last batch's state sizes, events and the frame states beside them
+    assert 'featureflow_state_bytes{view="user_txn_stats"} 2000.0' in text
+    assert 'featureflow_state_frame_bytes{view="user_txn_stats"} 600.0' in text
     assert 'featureflow_freshness_seconds{quantile="0.99",view="user_txn_stats"} 1.5' in text
     # cumulative buckets, summed over the two batches: PromQL's histogram_quantile reads them
     at_most = {

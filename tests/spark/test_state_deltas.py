@@ -230,6 +230,31 @@ def _chain(
     return store, last, part / f"batch-{last}.delta.arrow"
 
 
+@pytest.mark.parametrize("view", ["rolling", "sessions"])
+def test_frame_bytes_are_what_a_worker_holds_beside_the_events(tmp_path: Path, view: str) -> None:
+    """``state_frame_bytes`` (stats, metrics) counts the frame states or kept sessions a
+    worker holds with each saved version: the held bytes are the events' and theirs."""
+    spec = SPECS[view]
+    store = StateStore(str(tmp_path / "state"), 1)
+    offline = OfflineFeatureLog(str(tmp_path / "offline"), spec.name)
+    drop_resident()
+    seen = 0
+    for batch_id, (batch, before, after) in enumerate(
+        _batches(_sample(), list(range(300, 3000, 300)))
+    ):
+        for at, task in enumerate(_tasks(spec, store, offline, batch_id, before, after)):
+            outputs = _run_step(task, batch.to_batches() if at == 0 and batch.num_rows else [])
+            if outputs is None:
+                continue
+            held = state_module._RESIDENT[(store.root, store._partition_dir(0))]
+            assert held.table is outputs.kept
+            assert held.frames is outputs.frames
+            assert held.nbytes == outputs.kept.nbytes + outputs.state_frame_bytes
+            assert ViewTask.stats(outputs, [])["state_frame_bytes"] == outputs.state_frame_bytes
+            seen += outputs.state_frame_bytes > 0
+    assert seen > 3
+
+
 def test_a_replayed_batch_rewrites_the_same_delta(tmp_path: Path) -> None:
     events, cuts = _sample(), list(range(300, 3000, 300))
     store, last, delta = _chain(ROLLING, tmp_path, events, cuts)

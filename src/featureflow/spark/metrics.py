@@ -89,7 +89,11 @@ class BatchReport:
     """Events (and tiles) the view keeps as window state, summed over its shuffle
     partitions, each as of its last change in this run of the job."""
     state_bytes: int = 0
-    """Arrow bytes of that state (what the Python workers hold resident), like ``state_rows``."""
+    """Arrow bytes of that state, held resident by the Python workers, like ``state_rows``."""
+    state_frame_bytes: int = 0
+    """Bytes of the frame states (rolling) or kept sessions (sessions) the workers hold
+    resident beside those events, like ``state_rows``: the state's footprint is
+    ``state_bytes + state_frame_bytes``."""
     partitions_run: int = 0
     """Shuffle partitions whose task changed this view's state or outputs in this batch."""
     cold_partitions: int = 0
@@ -229,6 +233,11 @@ class PrometheusExporter:
             "Arrow bytes of the view's window state, each shuffle partition as of its last "
             "change in this run (bytes)", ["view"],
         )  # fmt: skip
+        self.state_frame_bytes = gauge(
+            "featureflow_state_frame_bytes",
+            "bytes of the frame states or kept sessions held beside the view's window state, "
+            "each shuffle partition as of its last change in this run (bytes)", ["view"],
+        )  # fmt: skip
         self.cold_partitions = counter(
             "featureflow_cold_partitions",
             "shuffle partitions whose task computed the view's frame states anew from all "
@@ -288,6 +297,7 @@ class PrometheusExporter:
         self.rate.labels(view).set(report.events_per_s)
         self.state.labels(view).set(report.state_rows)
         self.state_bytes.labels(view).set(report.state_bytes)
+        self.state_frame_bytes.labels(view).set(report.state_frame_bytes)
         self.cold_partitions.labels(view).inc(report.cold_partitions)
         for quantile, value in (("0.5", report.freshness_p50_s), ("0.99", report.freshness_p99_s)):
             if value is not None:

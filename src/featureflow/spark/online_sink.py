@@ -30,7 +30,7 @@ from featureflow.session_state import SessionStates
 from featureflow.spark import allocators, failpoints
 from featureflow.spark.metrics import freshness_histogram
 from featureflow.spark.offline_sink import OfflineFeatureLog
-from featureflow.spark.state import StateStore
+from featureflow.spark.state import StateStore, carried_nbytes
 from featureflow.state_delta import StateDelta, stack
 from featureflow.window_state import (  # rolling_outputs, session_outputs: bench/stream.py
     rolling_outputs,  # noqa: F401
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATS_SCHEMA = (
-    "rows long, entities long, state_rows long, state_bytes long, state_cold long, "
-    "backend string, freshness array<long>, seconds array<double>"
+    "rows long, entities long, state_rows long, state_bytes long, state_frame_bytes long, "
+    "state_cold long, backend string, freshness array<long>, seconds array<double>"
 )
 """Spark DDL of what :class:`OnlineFeatureWriter` reports per partition."""
 EXECUTOR_PHASES = ("state_load", "compute", "online_write", "offline_write", "state_save")
@@ -132,8 +132,14 @@ class ViewOutputs:
 
     @property
     def state_bytes(self) -> int:
-        """Arrow bytes of the state kept (events and tiles): what a worker holds resident."""
+        """Arrow bytes of the state kept (events and tiles), held resident in a worker."""
         return self.kept.nbytes + (0 if self.kept_tiles is None else self.kept_tiles.nbytes)
+
+    @property
+    def state_frame_bytes(self) -> int:
+        """Bytes of :attr:`frames` (frame states or kept sessions), held resident beside
+        the kept events: with :attr:`state_bytes`, all that the state holds in a worker."""
+        return carried_nbytes(self.frames)
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,7 @@ class ViewTask:
             "entities": outputs.rows.num_rows,
             "state_rows": outputs.state_rows,
             "state_bytes": outputs.state_bytes,
+            "state_frame_bytes": outputs.state_frame_bytes,
             "state_cold": int(outputs.cold),
             "backend": ops.backend(),
             "freshness": freshness,

@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -123,6 +123,21 @@ class BatchCounters:
     bad_by_reason: dict[str, int] = field(default_factory=dict)
 
 
+class StateSize(NamedTuple):
+    """A shuffle partition's state of one view: events (and tiles) kept, their Arrow
+    bytes, and the bytes of the frame states or kept sessions held beside them."""
+
+    rows: int
+    bytes: int
+    frame_bytes: int
+
+
+def state_size(row: dict[str, Any]) -> StateSize:
+    """The :class:`StateSize` of a view's stats row (:data:`~featureflow.spark.
+    topic_pass.OUTPUT_SCHEMA`)."""
+    return StateSize(row["state_rows"], row["state_bytes"], row["state_frame_bytes"])
+
+
 @dataclass
 class MicroBatchProcessor:
     """One stream view of a topic's query: its state, counters and reports."""
@@ -135,9 +150,9 @@ class MicroBatchProcessor:
     feature_schema: FeatureSchema | None = None
     counters: BatchCounters = field(default_factory=BatchCounters)
     exporter: PrometheusExporter | None = None
-    state_sizes: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """Per shuffle partition: (rows, Arrow bytes) of its state as of its last change in
-    this run (a partition no batch of this run changed yet is not known)."""
+    state_sizes: dict[int, StateSize] = field(default_factory=dict)
+    """Per shuffle partition: the size of its state as of its last change in this run
+    (a partition no batch of this run changed yet is not known)."""
 
     def task(self, batch_id: int, watermark_ns: int | None, **extra: Any) -> ViewTask:
         """What the executors run of this view in batch ``batch_id``, judged against
@@ -155,7 +170,7 @@ class MicroBatchProcessor:
         :data:`~featureflow.spark.topic_pass.VIEW` rows (a session view's closing rows
         after its pass rows, so they give the partition's state)."""
         for row in stats:
-            self.state_sizes[row["shuffle_partition"]] = (row["state_rows"], row["state_bytes"])
+            self.state_sizes[row["shuffle_partition"]] = state_size(row)
         report = BatchReport(
             view=self.spec.name,
             batch_id=topic_batch.batch_id,
@@ -163,8 +178,9 @@ class MicroBatchProcessor:
             events=sum(row["rows"] for row in stats),
             dead_letters=topic_batch.bad_by_reason,
             entities_written=sum(row["entities"] for row in stats),
-            state_rows=sum(rows for rows, _ in self.state_sizes.values()),
-            state_bytes=sum(size for _, size in self.state_sizes.values()),
+            state_rows=sum(size.rows for size in self.state_sizes.values()),
+            state_bytes=sum(size.bytes for size in self.state_sizes.values()),
+            state_frame_bytes=sum(size.frame_bytes for size in self.state_sizes.values()),
             partitions_run=len(stats),
             cold_partitions=sum(row["state_cold"] for row in stats),
             duration_s=topic_batch.duration_s,
@@ -195,9 +211,11 @@ class MicroBatchProcessor:
             self.counters.bad_by_reason[reason] = self.counters.bad_by_reason.get(reason, 0) + count
         log.info(
             "view %s batch %d: %d events, %d skipped, %d entities written to the online store, "
-            "%d events kept as state (%.1f MiB), in %.2f s (kernels: %s)",
+            "%d events kept as state (%.1f MiB, %.1f MiB of frame states beside them), "
+            "in %.2f s (kernels: %s)",
             report.view, report.batch_id, report.events, sum(report.dead_letters.values()),
             report.entities_written, report.state_rows, report.state_bytes / 2**20,
+            report.state_frame_bytes / 2**20,
             report.duration_s, ",".join(backends) or "-",
         )  # fmt: skip
         warn_bytes = self.options.state_warn_bytes
@@ -458,9 +476,7 @@ class TopicBatchProcessor:
         for view in sessions:
             for row in stats:
                 if row["view"] == view.spec.name:
-                    view.state_sizes[row["shuffle_partition"]] = (
-                        row["state_rows"], row["state_bytes"],
-                    )  # fmt: skip
+                    view.state_sizes[row["shuffle_partition"]] = state_size(row)
         log.info(
             "closed the sessions the watermark after micro-batch %d finalises (%s) in %.1f s",
             batch_id, ", ".join(view.spec.name for view in sessions), time.monotonic() - started,

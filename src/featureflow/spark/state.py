@@ -169,12 +169,15 @@ class _Held(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        frames = 0
-        if isinstance(self.frames, Mapping):
-            frames = sum(f.nbytes for f in self.frames.values())
-        elif self.frames is not None:
-            frames = self.frames.nbytes
-        return int(self.table.nbytes) + frames
+        return int(self.table.nbytes) + carried_nbytes(self.frames)
+
+
+def carried_nbytes(frames: Carried | None) -> int:
+    """Bytes of what a worker holds beside a state version (its frame states or kept
+    sessions, :data:`Carried`): raw array bytes, 0 for none."""
+    if isinstance(frames, Mapping):
+        return sum(int(f.nbytes) for f in frames.values())
+    return 0 if frames is None else int(frames.nbytes)
 
 
 _RESIDENT: OrderedDict[tuple[str, str], _Held] = OrderedDict()

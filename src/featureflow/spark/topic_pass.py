@@ -64,7 +64,8 @@ VIEW, COUNT, DEAD = "view", "count", "dead"
 
 OUTPUT_SCHEMA = (
     "kind string, view string, shuffle_partition int, rows long, entities long, "
-    "state_rows long, state_bytes long, state_cold long, backend string, "
+    "state_rows long, state_bytes long, state_frame_bytes long, state_cold long, "
+    "backend string, "
     "freshness array<long>, "
     "seconds array<double>, partition int, reason string, max_ns long, key binary, "
     "value binary, topic string, offset long, field string"
@@ -73,7 +74,8 @@ OUTPUT_SCHEMA = (
 
 - ``view``: ``view``, ``shuffle_partition``, ``rows`` (new events), ``entities``
   (online rows written), ``state_rows``/``state_bytes`` (state kept by the partition,
-  Arrow bytes), ``state_cold`` (1: its frame states were computed anew, see
+  Arrow bytes), ``state_frame_bytes`` (its frame states or kept sessions, held beside
+  it), ``state_cold`` (1: its frame states were computed anew, see
   :attr:`~featureflow.spark.online_sink.ViewOutputs.cold`), ``backend``, ``freshness``
   (histogram), ``seconds`` (per :data:`~featureflow.spark.online_sink.EXECUTOR_PHASES`);
 - ``count``: ``partition`` (Kafka), ``reason`` (null: usable), ``rows``, ``max_ns``
@@ -85,7 +87,8 @@ ARROW_SCHEMA = pa.schema(
     [
         ("kind", pa.string()), ("view", pa.string()), ("shuffle_partition", pa.int32()),
         ("rows", pa.int64()), ("entities", pa.int64()), ("state_rows", pa.int64()),
-        ("state_bytes", pa.int64()), ("state_cold", pa.int64()), ("backend", pa.string()),
+        ("state_bytes", pa.int64()), ("state_frame_bytes", pa.int64()),
+        ("state_cold", pa.int64()), ("backend", pa.string()),
         ("freshness", pa.list_(pa.int64())), ("seconds", pa.list_(pa.float64())),
         ("partition", pa.int32()), ("reason", pa.string()), ("max_ns", pa.int64()),
         ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
