@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
@@ -97,6 +98,20 @@ def _same(got: pa.Table | None, want: pa.Table | None, what: str) -> None:
     assert got.equals(want), what
     batches = [b.num_rows for b in got.to_batches() if b.num_rows]
     assert batches == [b.num_rows for b in want.to_batches() if b.num_rows], what
+
+
+def _close(got: pa.Table, want: pa.Table, what: str) -> None:
+    """Equal tables but for float columns, equal within 1e-9 (relative)."""
+    assert got.schema.equals(want.schema), what
+    for name in got.column_names:
+        if pa.types.is_floating(got.schema.field(name).type):
+            np.testing.assert_allclose(
+                np.array(got.column(name).to_pylist(), float),
+                np.array(want.column(name).to_pylist(), float),
+                rtol=1e-9, atol=1e-9, equal_nan=True, err_msg=f"{what}: {name}",
+            )  # fmt: skip
+        else:
+            assert got.column(name).equals(want.column(name)), f"{what}: {name}"
 
 
 def _state(store: StateStore, before: int) -> tuple[pa.Table | None, pa.Table | None]:
@@ -253,6 +268,37 @@ def test_frame_bytes_are_what_a_worker_holds_beside_the_events(tmp_path: Path, v
             assert ViewTask.stats(outputs, [])["state_frame_bytes"] == outputs.state_frame_bytes
             seen += outputs.state_frame_bytes > 0
     assert seen > 3
+
+
+def test_a_task_frees_the_version_it_read_and_its_retry_rebuilds_it(tmp_path: Path) -> None:
+    """Once computed, a batch's task holds the runs of the version it read no longer (the
+    runs merged away would otherwise stay through its writes); a retry after a failure
+    in its writes rebuilds that version from the files and computes the same outputs.
+    A batch that changes nothing keeps the version held."""
+    store = StateStore(str(tmp_path / "state"), 1)
+    offline = OfflineFeatureLog(str(tmp_path / "offline"), ROLLING.name)
+    key = (store.root, store._partition_dir(0))
+    drop_resident()
+    batches = list(_batches(_sample(), list(range(300, 3000, 300))))
+    for batch_id, (batch, _, after) in enumerate(batches[:-1]):
+        _run_step(ViewTask(ROLLING, batch_id, store, after, offline), batch.to_batches())
+    last = len(batches) - 1
+    batch, _, after = batches[last]
+    task = ViewTask(ROLLING, last, store, after, offline)
+    first = task.compute(0, batch.to_batches())
+    assert first is not None and not first.cold
+    assert key not in state_module._RESIDENT  # freed once computed
+    retry = task.compute(0, batch.to_batches())  # the writes failed: Spark runs it again
+    assert retry is not None and retry.cold  # rebuilt from the files, frames computed anew
+    # the retry computes the frames anew, not resumed: std may differ in the last bits
+    _close(retry.rows, first.rows, "online rows of the retry")
+    _close(retry.history, first.history, "history of the retry")
+    _same(retry.kept, first.kept, "state of the retry")
+    task.finish(0, retry)
+    assert state_module._RESIDENT[key].table is retry.kept
+    idle = ViewTask(ROLLING, last + 1, store, after, offline)
+    assert idle.compute(0, []) is None
+    assert state_module._RESIDENT[key].table is retry.kept  # nothing new: still held
 
 
 def test_a_replayed_batch_rewrites_the_same_delta(tmp_path: Path) -> None:

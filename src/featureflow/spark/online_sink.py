@@ -172,7 +172,8 @@ class ViewTask:
     def compute(self, partition: int, received: list[pa.RecordBatch]) -> ViewOutputs | None:
         """State load and compute of partition ``partition`` with its new events
         ``received`` (non-empty batches); None when the batch changes nothing for this
-        view there (the newest state version stays valid)."""
+        view there (the newest state version stays valid, and held). With outputs, the
+        version read is no longer held (:meth:`~featureflow.spark.state.StateStore.release`)."""
         clock = _PhaseClock()
         prior = self.state.load_events(partition, before_batch=self.before)
         if not received and prior is None:
@@ -208,9 +209,16 @@ class ViewTask:
             check_batch(step.rows.schema, self.feature_schema)
             check_batch(step.history.schema, self.feature_schema)
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
+        cold = prior is not None and carried is None
+        # the version read is not needed past here: free the runs the batch merged away
+        if prior is not None:
+            self.state.release(partition, prior)
+        if prior_tiles is not None:
+            self.state.release(partition, prior_tiles, tiles=True)
+        del prior, prior_tiles, events, new_events, carried
         return ViewOutputs(
             step.rows, step.history, step.kept, step.kept_tiles, new_ns, clock,
-            step.delta, step.tiles_delta, step.frames, cold=prior is not None and carried is None,
+            step.delta, step.tiles_delta, step.frames, cold=cold,
         )  # fmt: skip
 
     def finish(self, partition: int, outputs: ViewOutputs) -> None:

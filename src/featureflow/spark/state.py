@@ -481,6 +481,24 @@ class StateStore:
             _RESIDENT_BYTES[key] = int(held.table.nbytes)
         return held.frames
 
+    def release(self, partition: int, events: pa.Table, tiles: bool = False) -> None:
+        """Stop holding ``events``, the table a load of ``partition``'s events (or, with
+        ``tiles``, its tiles) returned, once its task has computed the next version.
+
+        The next version shares the runs the batch left alone, so what this frees is the
+        runs it merged away: without it they stayed until the save replaced the held
+        version, through the online and offline writes, where a worker's two tasks peak.
+        A task that fails after this rebuilds the version from its files (its frame
+        states were taken already: :meth:`take_frames`).
+        """
+        directory = self._partition_dir(partition) + ("/tiles" if tiles else "")
+        key = (self.root, directory)
+        with _RESIDENT_LOCK:
+            held = _RESIDENT.get(key)
+            if held is not None and held.table is events:
+                del _RESIDENT[key]
+                _RESIDENT_BYTES.pop(key, None)
+
     def save_events(
         self, partition: int, batch: int, events: pa.Table, delta: StateDelta | None = None,
         *, read_before: int | None = None, frames: Carried | None = None,
