@@ -36,6 +36,7 @@ from job_harness import apply, copy_repo
 from featureflow.columns import EVENT_NS
 from featureflow.events import sample
 from featureflow.repo import load_store, stream_view_specs
+from featureflow.spark import online_sink
 from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
 from featureflow.spark.online_sink import ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
@@ -223,6 +224,46 @@ def test_a_partition_is_cold_in_a_worker_without_its_frame_states_and_computes_t
                 partition, before_batch=len(BATCHES))
             assert got_state is not None and want_state is not None
             assert got_state.equals(want_state), (spec.name, partition)
+
+
+def test_a_task_handed_its_records_frees_them_before_its_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shuffled task hands its records over in a one-element list (as
+    :class:`TopicPass` does, in its worker or through the state host): the pass empties
+    the list and, once the views have computed, holds neither the records nor the
+    batches cut from them through the writes, where the host's two tasks peak. Its
+    outputs are those of the same records passed as a table (held by the caller)."""
+    handed_repo, kept_repo = _applied_repos(tmp_path, "handed", "kept")
+    _, batch, partitions = next(_micro_batches(_records(seed=5)))
+    rows = batch.filter(pc.equal(partitions, 0))
+    padding = pa.array(["x" * 20_000] * rows.num_rows)  # a column no view reads: ~14 MB
+    pool_at_write: list[int] = []
+    real_write = online_sink.write_online_of_batch
+
+    def write(*args: Any) -> None:
+        pool_at_write.append(pa.total_allocated_bytes())
+        real_write(*args)
+
+    monkeypatch.setattr(online_sink, "write_online_of_batch", write)
+
+    def padded() -> pa.Table:  # a fresh copy of the padding in Arrow's pool each time
+        return rows.set_column(rows.schema.get_field_index("topic"), "topic",
+                               pa.concat_arrays([padding.slice(0, 1), padding.slice(1)]))
+
+    kept = padded()
+    before = [pa.total_allocated_bytes()]
+    want = pa.Table.from_batches(
+        list(TopicPass(_tasks(kept_repo, 0, 0), str(kept_repo), 0).run_partition(0, kept)))
+    handed = [padded()]
+    before.append(pa.total_allocated_bytes())
+    got = pa.Table.from_batches(
+        list(TopicPass(_tasks(handed_repo, 0, 0), str(handed_repo), 0).run_partition(0, handed)))
+    assert handed == []
+    assert _comparable(got) == _comparable(want)
+    # Arrow's pool at the online write, above what it held when the pass began
+    grown_kept, grown_handed = (at - start for at, start in zip(pool_at_write, before, strict=True))
+    assert grown_kept - grown_handed >= 0.9 * kept.column("topic").nbytes
 
 
 @settings(max_examples=8, deadline=None,

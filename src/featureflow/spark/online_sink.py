@@ -264,7 +264,7 @@ _Received = Mapping[str, list[pa.RecordBatch]]
 
 def run_views(
     tasks: list[ViewTask], repo_path: str, batch_id: int,
-    received: Mapping[int, _Received],
+    received: dict[int, _Received],
     threads: Executor | None = None,
 ) -> list[tuple[int, ViewTask, dict[str, object]]]:  # fmt: skip
     """Every view of ``tasks`` over each shuffle partition of ``received``: state loads
@@ -279,6 +279,8 @@ def run_views(
     write of all their rows equals a write per partition (and costs its fixed part
     once). ``threads``: where the (partition, view) computes and finishes run side by
     side (the kernels, Arrow and Parquet release the GIL); None: one after the other.
+    ``received`` is emptied once the computes are done: the new events are in the views'
+    states by then, and the writes need not hold the batches they came in.
     """
     pairs = [(partition, task, views) for partition, views in received.items() for task in tasks]
 
@@ -292,6 +294,8 @@ def run_views(
         for (partition, task, _), outputs in zip(pairs, computed, strict=True)
         if outputs is not None
     ]
+    received.clear()
+    del pairs, computed
     if not done:
         return []
     rows: dict[str, list[pa.Table]] = {}

@@ -42,7 +42,7 @@ what they need.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -191,17 +191,21 @@ class TopicPass:
         allocators.use_returning_allocators()
         received = [batch for batch in batches if batch.num_rows]
         if received:
-            records = pa.Table.from_batches(received)
-            yield from state_host.run(partition_outputs, self, _partition_id(), records)
+            handed = [pa.Table.from_batches(received)]  # see run_records: freed once computed
+            received.clear()
+            yield from state_host.run(partition_outputs, self, _partition_id(), handed)
         worker_gc.settle()
 
-    def run_partition(self, partition: int, records: pa.Table) -> Iterator[pa.RecordBatch]:
-        """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark too)."""
+    def run_partition(
+        self, partition: int, records: pa.Table | list[pa.Table]
+    ) -> Iterator[pa.RecordBatch]:
+        """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark
+        too; a one-element list: handed over, see :func:`run_records`)."""
         yield from run_records(self.tasks, self.repo_path, self.batch_id, records, partition)
 
 
 def partition_outputs(
-    topic: TopicPass, partition: int, records: pa.Table
+    topic: TopicPass, partition: int, records: pa.Table | list[pa.Table]
 ) -> list[pa.RecordBatch]:
     """:meth:`TopicPass.run_partition`, then :func:`after_task`: a task's work where the
     executor's state host runs it (:mod:`~featureflow.spark.state_host`)."""
@@ -211,17 +215,23 @@ def partition_outputs(
 
 
 def run_records(
-    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int, records: pa.Table,
-    partitions: int | pa.ChunkedArray,
+    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int,
+    records: pa.Table | list[pa.Table], partitions: int | pa.ChunkedArray,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The output rows of checked ``records`` (see :class:`TopicPass`): counts, dead
     letters, then every view over each shuffle partition, with one online write.
 
     Args:
+        records: the records, or a one-element list of them, which this empties: handed
+            over so, they are freed once the views have computed (the views' new events
+            are in their states by then), not held through the writes, where the state
+            host's two tasks peak.
         partitions: the shuffle partition of every record: one for all of them (a
             shuffled task's), or one per record (:data:`PARTITION_COLUMN` of the driver's
             pass), which must be Spark's own hash partition of the record's entity key.
     """
+    if isinstance(records, list):
+        records = records.pop()
     yield count_rows(records)
     bad = pc.is_valid(records.column(ERROR_REASON))
     if pc.any(bad).as_py():
@@ -235,7 +245,7 @@ def run_records(
         by_partition = {partitions: records}
     else:
         by_partition = split_by_partition(records, partitions)
-    received = {
+    received: dict[int, Mapping[str, list[pa.RecordBatch]]] = {
         partition: {
             task.spec.name: rows.select(
                 [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
@@ -244,6 +254,7 @@ def run_records(
         }
         for partition, rows in sorted(by_partition.items())
     }
+    del records, by_partition  # run_views frees the received events once computed
     # the driver's pass: the partitions side by side, as the executors' tasks would run
     threads = None if isinstance(partitions, int) else _driver_threads()
     for partition, task, stats in run_views(list(tasks), repo_path, batch_id, received, threads):
