@@ -18,6 +18,7 @@ split of the records by it must keep the order a shuffled task receives them in
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Iterator
@@ -36,9 +37,8 @@ from job_harness import apply, copy_repo
 from featureflow.columns import EVENT_NS
 from featureflow.events import sample
 from featureflow.repo import load_store, stream_view_specs
-from featureflow.spark import online_sink
 from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
-from featureflow.spark.online_sink import ViewTask
+from featureflow.spark.online_sink import ViewOutputs, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 from featureflow.spark.state import StateStore, drop_resident
 from featureflow.spark.topic_pass import (
@@ -226,9 +226,19 @@ def test_a_partition_is_cold_in_a_worker_without_its_frame_states_and_computes_t
             assert got_state.equals(want_state), (spec.name, partition)
 
 
-def test_a_task_handed_its_records_frees_them_before_its_writes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _PoolReadingTask(ViewTask):
+    """A view's task that notes Arrow's pool as its finish begins: after the topic's
+    online write, before its own offline write."""
+
+    readings: list[int] = dataclasses.field(default_factory=list)
+
+    def finish(self, partition: int, outputs: ViewOutputs) -> None:
+        self.readings.append(pa.total_allocated_bytes())
+        super().finish(partition, outputs)
+
+
+def test_a_task_handed_its_records_frees_them_before_its_writes(tmp_path: Path) -> None:
     """A shuffled task hands its records over in a one-element list (as
     :class:`TopicPass` does, in its worker or through the state host): the pass empties
     the list and, once the views have computed, holds neither the records nor the
@@ -236,33 +246,34 @@ def test_a_task_handed_its_records_frees_them_before_its_writes(
     outputs are those of the same records passed as a table (held by the caller)."""
     handed_repo, kept_repo = _applied_repos(tmp_path, "handed", "kept")
     _, batch, partitions = next(_micro_batches(_records(seed=5)))
-    rows = batch.filter(pc.equal(partitions, 0))
-    padding = pa.array(["x" * 20_000] * rows.num_rows)  # a column no view reads: ~14 MB
-    pool_at_write: list[int] = []
-    real_write = online_sink.write_online_of_batch
-
-    def write(*args: Any) -> None:
-        pool_at_write.append(pa.total_allocated_bytes())
-        real_write(*args)
-
-    monkeypatch.setattr(online_sink, "write_online_of_batch", write)
+    # usable records only: bad ones would be filtered out into a copy the pass drops anyway
+    usable = pc.is_null(batch.column(ERROR_REASON))
+    rows = batch.filter(pc.and_(pc.equal(partitions, 0), usable))
+    padding = pa.array(["x" * 20_000] * rows.num_rows)  # a column no view reads
 
     def padded() -> pa.Table:  # a fresh copy of the padding in Arrow's pool each time
         return rows.set_column(rows.schema.get_field_index("topic"), "topic",
                                pa.concat_arrays([padding.slice(0, 1), padding.slice(1)]))
 
+    def run(repo: Path, records: pa.Table | list[pa.Table]) -> tuple[pa.Table, int]:
+        """The pass's rows, and Arrow's pool after its online write above what it held
+        when the pass began."""
+        readings: list[int] = []
+        tasks = tuple(
+            _PoolReadingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline,
+                             readings=readings)
+            for t in _tasks(repo, 0, 0)
+        )  # fmt: skip
+        before = pa.total_allocated_bytes()
+        out = pa.Table.from_batches(list(TopicPass(tasks, str(repo), 0).run_partition(0, records)))
+        return out, readings[0] - before
+
     kept = padded()
-    before = [pa.total_allocated_bytes()]
-    want = pa.Table.from_batches(
-        list(TopicPass(_tasks(kept_repo, 0, 0), str(kept_repo), 0).run_partition(0, kept)))
+    want, grown_kept = run(kept_repo, kept)
     handed = [padded()]
-    before.append(pa.total_allocated_bytes())
-    got = pa.Table.from_batches(
-        list(TopicPass(_tasks(handed_repo, 0, 0), str(handed_repo), 0).run_partition(0, handed)))
+    got, grown_handed = run(handed_repo, handed)
     assert handed == []
     assert _comparable(got) == _comparable(want)
-    # Arrow's pool at the online write, above what it held when the pass began
-    grown_kept, grown_handed = (at - start for at, start in zip(pool_at_write, before, strict=True))
     assert grown_kept - grown_handed >= 0.9 * kept.column("topic").nbytes
 
 

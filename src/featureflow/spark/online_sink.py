@@ -209,16 +209,14 @@ class ViewTask:
             check_batch(step.rows.schema, self.feature_schema)
             check_batch(step.history.schema, self.feature_schema)
         new_ns = events.column(EVENT_NS).slice(events.num_rows - new_rows).to_numpy()
-        cold = prior is not None and carried is None
         # the version read is not needed past here: free the runs the batch merged away
         if prior is not None:
             self.state.release(partition, prior)
         if prior_tiles is not None:
             self.state.release(partition, prior_tiles, tiles=True)
-        del prior, prior_tiles, events, new_events, carried
         return ViewOutputs(
             step.rows, step.history, step.kept, step.kept_tiles, new_ns, clock,
-            step.delta, step.tiles_delta, step.frames, cold=cold,
+            step.delta, step.tiles_delta, step.frames, cold=prior is not None and carried is None,
         )  # fmt: skip
 
     def finish(self, partition: int, outputs: ViewOutputs) -> None:

@@ -458,6 +458,9 @@ class StateStore:
         _, base = self._paths()
         return f"{base}/partitions={self.partitions}/part-{partition:05d}"
 
+    def _tiles_dir(self, partition: int) -> str:
+        return f"{self._partition_dir(partition)}/tiles"
+
     def load_events(self, partition: int, before_batch: int) -> pa.Table | None:
         """The partition's events as left by the newest batch before ``before_batch``."""
         return self._load_table(self._partition_dir(partition), before_batch)
@@ -491,7 +494,7 @@ class StateStore:
         A task that fails after this rebuilds the version from its files (its frame
         states were taken already: :meth:`take_frames`).
         """
-        directory = self._partition_dir(partition) + ("/tiles" if tiles else "")
+        directory = self._tiles_dir(partition) if tiles else self._partition_dir(partition)
         key = (self.root, directory)
         with _RESIDENT_LOCK:
             held = _RESIDENT.get(key)
@@ -515,7 +518,7 @@ class StateStore:
 
     def load_tiles(self, partition: int, before_batch: int) -> pa.Table | None:
         """The partition's tile partials (:mod:`featureflow.tiles`) as of ``before_batch``."""
-        return self._load_table(f"{self._partition_dir(partition)}/tiles", before_batch)
+        return self._load_table(self._tiles_dir(partition), before_batch)
 
     def save_tiles(
         self, partition: int, batch: int, tiles: pa.Table, delta: StateDelta | None = None,
@@ -527,7 +530,7 @@ class StateStore:
         rewrites both, so the newest versions before a batch always belong together.
         """
         self._save_table(
-            f"{self._partition_dir(partition)}/tiles", batch, tiles, delta, read_before
+            self._tiles_dir(partition), batch, tiles, delta, read_before
         )
 
     def _newest_before(self, directory: str, suffix: str, before_batch: int) -> str | None:

@@ -65,8 +65,7 @@ VIEW, COUNT, DEAD = "view", "count", "dead"
 OUTPUT_SCHEMA = (
     "kind string, view string, shuffle_partition int, rows long, entities long, "
     "state_rows long, state_bytes long, state_frame_bytes long, state_cold long, "
-    "backend string, "
-    "freshness array<long>, "
+    "backend string, freshness array<long>, "
     "seconds array<double>, partition int, reason string, max_ns long, key binary, "
     "value binary, topic string, offset long, field string"
 )
