@@ -3,7 +3,9 @@
 Redis decides "not older" in a Lua script reading the stored
 ``google.protobuf.Timestamp`` (varints, negative seconds as 10-byte two's
 complement): random microsecond times over 0001-9999 check that decision against
-plain integer order. Concurrent writers of the same entities (two threads, each
+plain integer order, and so does the script's comparison alone, called directly on
+stored bytes of every form it reads (the canonical bytes of this era, which it reads
+without a decode loop, and the rest). Concurrent writers of the same entities (two threads, each
 with its own store client, older and newer batches interleaved at random) must
 end in the newest row per entity on both stores.
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import redis
 from feast import FeatureStore
 from feast.types import Float64, Int64
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -24,9 +27,18 @@ from hypothesis import strategies as st
 from online_helpers import VIEW, read, redis_client, redis_store, sqlite_store
 
 from featureflow.online import write
+from featureflow.online.redis import _LUA_NEWER
 
 FEATURES = {"amount": Float64, "count": Int64}
 _MICROS = st.integers(-62_135_596_800 * 10**6, 253_402_300_799 * 10**6)
+_SECONDS = st.one_of(
+    st.integers(-62_135_596_800, 253_402_300_799),  # 0001 .. 9999
+    st.integers(2**28 - 2, 2**35 + 1),  # the era read without a decode loop, and its edges
+    st.sampled_from([0, 1, 127, 128, 2**28, 1_796_000_000, 2**35 - 1, -1]),
+)
+_NANOS = st.one_of(st.just(0), st.integers(0, 999_999_999),
+                   st.sampled_from([1, 127, 128, 2**14, 2**21 - 1, 2**21, 2**28, 999_999_999]))
+_NOT_OLDER = _LUA_NEWER + "return newer(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])) and 1 or 0"
 
 
 def _table(rows: list[tuple[int, int]]) -> pa.Table:
@@ -67,6 +79,28 @@ def test_redis_keeps_the_newest_time_over_the_whole_range(tmp_path_factory, redi
         for uid, us in rows:
             newest[uid] = max(us, newest.get(uid, us))
     assert _stored_micros(store) == newest
+
+
+@settings(max_examples=400, deadline=None)
+@given(parts=st.lists(st.tuples(_SECONDS, _NANOS), min_size=1, max_size=2),
+       new=st.tuples(_SECONDS, _NANOS),
+       relation=st.sampled_from(["any", "same second", "equal", "1 ns before", "1 ns after"]))
+def test_the_scripts_comparison_is_integer_order_on_every_stored_form(  # type: ignore[no-untyped-def]
+        redis_url, parts, new, relation) -> None:
+    # two serialisations back to back are one valid message, merged (last value wins):
+    # stored bytes of another form than the canonical one
+    old = b"".join(Timestamp(seconds=s, nanos=n).SerializeToString() for s, n in parts)
+    parsed = Timestamp()
+    parsed.ParseFromString(old)
+    stored = (parsed.seconds, parsed.nanos)
+    new = {"any": new, "same second": (stored[0], new[1]), "equal": stored,
+           "1 ns before": (stored[0], stored[1] - 1) if stored[1] else (stored[0] - 1, 10**9 - 1),
+           "1 ns after": (stored[0], stored[1] + 1) if stored[1] < 10**9 - 1 else (stored[0] + 1, 0),
+           }[relation]
+    host, port = redis_url.split(":")
+    client = redis.Redis(host=host, port=int(port))
+    decided = client.eval(_NOT_OLDER, 0, old, str(new[0]), str(new[1]))
+    assert decided == int(new >= stored), (old.hex(), new)
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "redis"])
