@@ -93,10 +93,11 @@ def test_the_scripts_comparison_is_integer_order_on_every_stored_form(  # type: 
     parsed = Timestamp()
     parsed.ParseFromString(old)
     stored = (parsed.seconds, parsed.nanos)
+    def shifted(nanos: int) -> tuple[int, int]:  # (seconds, nanos) of stored + nanos
+        return divmod(stored[0] * 10**9 + stored[1] + nanos, 10**9)
+
     new = {"any": new, "same second": (stored[0], new[1]), "equal": stored,
-           "1 ns before": (stored[0], stored[1] - 1) if stored[1] else (stored[0] - 1, 10**9 - 1),
-           "1 ns after": (stored[0], stored[1] + 1) if stored[1] < 10**9 - 1 else (stored[0] + 1, 0),
-           }[relation]
+           "1 ns before": shifted(-1), "1 ns after": shifted(1)}[relation]
     host, port = redis_url.split(":")
     client = redis.Redis(host=host, port=int(port))
     decided = client.eval(_NOT_OLDER, 0, old, str(new[0]), str(new[1]))
