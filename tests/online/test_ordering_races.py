@@ -4,10 +4,10 @@ Redis decides "not older" in a Lua script reading the stored
 ``google.protobuf.Timestamp`` (varints, negative seconds as 10-byte two's
 complement): random microsecond times over 0001-9999 check that decision against
 plain integer order, and so does the script's comparison alone, called directly on
-stored bytes of every form it reads (the canonical bytes of this era, which it reads
-without a decode loop, and the rest). Concurrent writers of the same entities (two threads, each
-with its own store client, older and newer batches interleaved at random) must
-end in the newest row per entity on both stores.
+stored bytes of every form it reads (the canonical bytes of this era, whose seconds
+it reads without a decode loop, and the rest). Concurrent writers of the same
+entities (two threads, each with its own store client, older and newer batches
+interleaved at random) must end in the newest row per entity on both stores.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def test_the_scripts_comparison_is_integer_order_on_every_stored_form(  # type: 
     parsed = Timestamp()
     parsed.ParseFromString(old)
     stored = (parsed.seconds, parsed.nanos)
+
     def shifted(nanos: int) -> tuple[int, int]:  # (seconds, nanos) of stored + nanos
         return divmod(stored[0] * 10**9 + stored[1] + nanos, 10**9)
 
