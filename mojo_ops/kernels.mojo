@@ -44,6 +44,7 @@ from featureflow_kernels import (
     stamps,
     json_flat as flat,
     byte_rows,
+    hash_payloads as payloads,
 )
 
 
@@ -335,6 +336,14 @@ def join_rows(desc: PythonObject) raises -> PythonObject:
     return PythonObject(size)
 
 
+def hash_payloads(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var size: Int
+    with GILReleased(Python()):
+        size = payloads.hash_payloads(d)
+    return PythonObject(size)
+
+
 @export
 def PyInit_kernels() abi("C") -> PythonObject:
     try:
@@ -412,6 +421,9 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[join_rows](
             "join_rows", docstring="Byte strings joined row by row; see byte_rows.mojo."
+        )
+        m.def_function[hash_payloads](
+            "hash_payloads", docstring="Redis RESTORE payloads; see hash_payloads.mojo."
         )
         return m.finalize()
     except e:

@@ -21,8 +21,9 @@ holds the algorithms, one a file:
 - `hopping`, `keys`; `runs`: merging runs sorted by (key, ts) (state compaction).
 - Beside the windows, the stream job's byte passes: `json_flat` (flat JSON
   records to typed columns), `stamps` (event timestamp texts to epoch µs),
-  `byte_rows` (the online writers' rows joined from their parts) and `checksums`
-  (Redis's CRC-64 of the online writer's `RESTORE` payloads).
+  `byte_rows` (the online writers' rows joined from their parts), `checksums`
+  (Redis's CRC-64 of the online writer's `RESTORE` payloads) and `hash_payloads`
+  (those payloads, whole).
 
 Scratch memory is allocated by the caller from the Arrow pool; sizes are
 asked of the `*_scratch_bytes` functions through the bindings.

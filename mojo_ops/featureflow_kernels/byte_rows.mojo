@@ -18,6 +18,30 @@ comptime PART_WORDS = 5
 comptime HEAD_WORDS = 5
 
 
+@always_inline
+def part_bytes(w: I64P) -> U8P:
+    """The bytes of the part whose PART_WORDS start at `w`."""
+    return u8p(Int(w[unsafe_offset=1]))
+
+
+@always_inline
+def part_start(w: I64P, i: Int) -> Int:
+    """Where row `i` of the part whose PART_WORDS start at `w` begins in its bytes."""
+    if Int(w[unsafe_offset=0]) == PACKED:
+        return Int(i64p(Int(w[unsafe_offset=2]))[unsafe_offset=i])
+    return i * Int(w[unsafe_offset=4])
+
+
+@always_inline
+def part_size(w: I64P, i: Int) -> Int:
+    """The bytes of row `i` of the part whose PART_WORDS start at `w`."""
+    if Int(w[unsafe_offset=0]) == PACKED:
+        var offsets = i64p(Int(w[unsafe_offset=2]))
+        return Int(offsets[unsafe_offset=i + 1]) - Int(offsets[unsafe_offset=i])
+    var lengths = Int(w[unsafe_offset=2])
+    return Int(i64p(lengths)[unsafe_offset=i]) if lengths != 0 else Int(w[unsafe_offset=3])
+
+
 def join_rows(d: I64P) raises -> Int:
     """Descriptor: n, parts P, int64 out offsets addr (n + 1, written), out bytes addr,
     out capacity; then PART_WORDS per part: kind, bytes addr, int64 offsets addr
@@ -33,19 +57,9 @@ def join_rows(d: I64P) raises -> Int:
     for i in range(n):
         for p in range(parts):
             var w = d.unsafe_offset(HEAD_WORDS + PART_WORDS * p)
-            var data = u8p(Int(w[unsafe_offset=1]))
-            var start: Int
-            var size: Int
-            if Int(w[unsafe_offset=0]) == PACKED:
-                var offsets = i64p(Int(w[unsafe_offset=2]))
-                start = Int(offsets[unsafe_offset=i])
-                size = Int(offsets[unsafe_offset=i + 1]) - start
-            else:
-                start = i * Int(w[unsafe_offset=4])
-                var lengths = Int(w[unsafe_offset=2])
-                size = Int(i64p(lengths)[unsafe_offset=i]) if lengths != 0 else Int(
-                    w[unsafe_offset=3]
-                )
+            var data = part_bytes(w)
+            var start = part_start(w, i)
+            var size = part_size(w, i)
             if size < 0 or at + size > capacity:
                 raise Error(
                     String("ValueError: row ", i, " of part ", p, " does not fit the output")

@@ -31,23 +31,30 @@ def crc64_rows(d: I64P) raises -> Int:
         var end = Int(offsets[unsafe_offset=i + 1])
         if end < at:
             raise Error(String("ValueError: offsets decrease at row ", i))
-        var crc: UInt64 = 0
-        while end - at >= 8:
-            crc ^= bitcast[DType.uint64, 1](data.unsafe_load[width=8](at))
-            crc = (
-                tables[unsafe_offset=7 * 256 + Int(crc & 0xFF)]
-                ^ tables[unsafe_offset=6 * 256 + Int((crc >> 8) & 0xFF)]
-                ^ tables[unsafe_offset=5 * 256 + Int((crc >> 16) & 0xFF)]
-                ^ tables[unsafe_offset=4 * 256 + Int((crc >> 24) & 0xFF)]
-                ^ tables[unsafe_offset=3 * 256 + Int((crc >> 32) & 0xFF)]
-                ^ tables[unsafe_offset=2 * 256 + Int((crc >> 40) & 0xFF)]
-                ^ tables[unsafe_offset=256 + Int((crc >> 48) & 0xFF)]
-                ^ tables[unsafe_offset=Int(crc >> 56)]
-            )
-            at += 8
-        while at < end:
-            var byte = UInt64(data[unsafe_offset=at])
-            crc = tables[unsafe_offset=Int((crc ^ byte) & 0xFF)] ^ (crc >> 8)
-            at += 1
-        out[unsafe_offset=i] = crc
+        out[unsafe_offset=i] = crc64_of(data, at, end, tables)
     return n
+
+
+@always_inline
+def crc64_of(data: U8P, start: Int, end: Int, tables: U64P) -> UInt64:
+    """Redis's CRC-64 of `data[start:end]` (see `crc64_rows` for `tables`)."""
+    var at = start
+    var crc: UInt64 = 0
+    while end - at >= 8:
+        crc ^= bitcast[DType.uint64, 1](data.unsafe_load[width=8](at))
+        crc = (
+            tables[unsafe_offset=7 * 256 + Int(crc & 0xFF)]
+            ^ tables[unsafe_offset=6 * 256 + Int((crc >> 8) & 0xFF)]
+            ^ tables[unsafe_offset=5 * 256 + Int((crc >> 16) & 0xFF)]
+            ^ tables[unsafe_offset=4 * 256 + Int((crc >> 24) & 0xFF)]
+            ^ tables[unsafe_offset=3 * 256 + Int((crc >> 32) & 0xFF)]
+            ^ tables[unsafe_offset=2 * 256 + Int((crc >> 40) & 0xFF)]
+            ^ tables[unsafe_offset=256 + Int((crc >> 48) & 0xFF)]
+            ^ tables[unsafe_offset=Int(crc >> 56)]
+        )
+        at += 8
+    while at < end:
+        var byte = UInt64(data[unsafe_offset=at])
+        crc = tables[unsafe_offset=Int((crc ^ byte) & 0xFF)] ^ (crc >> 8)
+        at += 1
+    return crc

@@ -191,17 +191,17 @@ def test_entity_created_between_exists_and_restore(
     """Another writer creates entity 1 after our EXISTS: RESTORE refuses it (BUSYKEY)
     and the checked path decides: a newer racing row survives, an older one is replaced."""
     store = redis_store(tmp_path, redis_url, features=FEATURES)
-    real = redis_writer._payloads
+    real = D.hash_payloads
 
     def race_then_build(*args: Any) -> Any:
-        monkeypatch.setattr(redis_writer, "_payloads", real)  # the racing write: no race
+        monkeypatch.setattr(D, "hash_payloads", real)  # the racing write: no race
         write(store, VIEW, pa.table({
             "uid": pa.array([1], pa.int64()),
             "ts": pa.array([racing_second * 1_000_000], pa.timestamp("us", "UTC")),
             "amount": pa.array([9.0]), "count": pa.array([racing_second], pa.int64())}))
         return real(*args)
 
-    monkeypatch.setattr(redis_writer, "_payloads", race_then_build)
+    monkeypatch.setattr(D, "hash_payloads", race_then_build)
     stats = write(store, VIEW, pa.table({
         "uid": pa.array([0, 1, 2], pa.int64()),
         "ts": pa.array([5_000_000_000] * 3, pa.timestamp("us", "UTC")),

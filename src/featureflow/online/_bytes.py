@@ -214,6 +214,15 @@ def take(packed: Packed, index: I64, present: npt.NDArray[np.bool_] | None = Non
     return from_arrow(pc.take(packed.to_arrow(), pa.array(index, pa.int64())))
 
 
+def stack(pieces: Sequence[Packed]) -> Packed:
+    """The rows of ``pieces``, piece after piece."""
+    data = np.concatenate([p.data[int(p.offsets[0]) : int(p.offsets[-1])] for p in pieces])
+    lengths = np.concatenate([p.lengths() for p in pieces])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return Packed(data, offsets)
+
+
 def regroup(elements: Packed, list_offsets: I64) -> Packed:
     """Join consecutive rows: row ``i`` of the result is elements ``list_offsets[i]:[i+1]``."""
     return Packed(elements.data, elements.offsets[list_offsets])
@@ -289,14 +298,15 @@ def concat(parts: Sequence[Cells | Packed]) -> Packed:
     n = parts[0].n
     if n == 0:
         return Packed(np.zeros(0, dtype=np.uint8), np.zeros(1, dtype=np.int64))
-    joined = ops.join_rows([_byte_rows(p) for p in parts], n)
+    joined = ops.join_rows([byte_rows(p) for p in parts], n)
     if joined is not None:  # the Mojo kernel: no conversion of the parts to Arrow
         return Packed(*joined)
     arrays = [_arrow_rows(p, n) for p in parts]
     return from_arrow(pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.large_binary())))
 
 
-def _byte_rows(part: Cells | Packed) -> ops.ByteRows:
+def byte_rows(part: Cells | Packed) -> ops.ByteRows:
+    """``part`` as the kernels read it (no copy)."""
     if isinstance(part, Packed):
         return ops.ByteRows(part.data, offsets=part.offsets)
     return ops.ByteRows(part.matrix, lengths=part.lengths)

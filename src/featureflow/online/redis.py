@@ -569,6 +569,7 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
     fields = _hash_fields(views)
     if fields is None:
         return created, views
+    hashes = _hash_views(views, fields)
     keys = B.concat(_bulk([union, B.const(project, n)]))
     ttl_arg = _resp_args([b"%d" % (ttl * 1000)])
     done = np.zeros(n, dtype=bool)
@@ -582,7 +583,7 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
         sent: list[npt.NDArray[np.int64]] = []
         for block in [*(b for b in blocks if len(b)), None]:  # None: read the last replies
             if block is not None:
-                positions, payloads = _payloads(views, fields, rows[block], version)
+                positions, payloads = D.hash_payloads(hashes, rows[block], version)
                 chosen = block[positions]
                 if len(chosen):
                     replies.send([_span(B.concat([
@@ -672,6 +673,7 @@ def _replace_existing(client, config: RedisOnlineStoreConfig,  # type: ignore[no
     fields = _hash_fields(views)
     if fields is None:
         return np.zeros(n_views, dtype=np.int64), views
+    hashes = _hash_views(views, fields)
     union, rows = _union(views)
     n = union.n
     present = rows >= 0
@@ -692,7 +694,7 @@ def _replace_existing(client, config: RedisOnlineStoreConfig,  # type: ignore[no
         for lo in [*range(0, n, PLAN_BLOCK), None]:  # None: read the last replies
             if lo is not None:
                 block = np.arange(lo, min(lo + PLAN_BLOCK, n))
-                positions, payloads = _payloads(views, fields, rows[block], version)
+                positions, payloads = D.hash_payloads(hashes, rows[block], version)
                 chosen = block[positions]
                 args = B.concat([*_bulk([B.ascii_decimal(counts[chosen])]),
                                  B.take(times, chosen), *_bulk([payloads])])
@@ -772,58 +774,13 @@ def _union(views: list[tuple[str, Batch]]) -> tuple[B.Packed, npt.NDArray[np.int
     return union, rows
 
 
-def _payloads(views: list[tuple[str, Batch]], fields: list[list[bytes]],
-              rows: npt.NDArray[np.int64], version: bytes
-              ) -> tuple[npt.NDArray[np.int64], B.Packed]:
-    """``RESTORE`` payloads of the entities whose rows per view are ``rows`` (-1: none):
-    (the positions in ``rows`` of the entities written so, in payload order; their
-    payloads). Entities are taken in groups of one shape (the views they have, the
-    length of each view's Timestamp bytes), so every part of a group's payloads has
-    one width and rows are stacked, not joined."""
-    present = rows >= 0
-    stamps = [E.timestamp_protos(batch.event_micros[np.maximum(rows[:, v], 0)])
-              for v, (_, batch) in enumerate(views)]
-    shape = np.concatenate(
-        [present, np.stack([stamp.lengths() for stamp in stamps], axis=1)], axis=1)
-    order = np.lexsort(shape.T[::-1])
-    shape = shape[order]
-    bounds = [0, *(np.flatnonzero((np.diff(shape, axis=0) != 0).any(axis=1)) + 1).tolist(),
-              len(order)]
-    parts = [reorder(batch, rows[order[present[order, v]], v]) for v, (_, batch)
-             in enumerate(views)]
-    taken = [0] * len(views)
-    chosen: list[npt.NDArray[np.int64]] = []
-    made: list[B.Packed] = []
-    for lo, hi in itertools.pairwise(bounds):
-        body: list[B.Cells | B.Packed] = []
-        ok = np.ones(hi - lo, dtype=bool)
-        entries = 0
-        for v, part in enumerate(parts):
-            if not shape[lo, v]:
-                continue
-            group = part.rows(taken[v], taken[v] + hi - lo)
-            taken[v] += hi - lo
-            cells: list[B.Cells | B.Packed] = [
-                B.const(fields[v][0], hi - lo), B.take(stamps[v], order[lo:hi])]
-            values = [B.concat(group.encoded_parts(name)) for name in group.features]
-            block = D.fixed_entries(fields[v][1:], values)
-            if block is None:  # values of several lengths: cell by cell
-                cells += [cell for hash_field, value in zip(fields[v][1:], values, strict=True)
-                          for cell in (B.const(hash_field, hi - lo), value)]
-            ok &= D.eligible(cells)
-            body += D.entry_parts(cells)
-            if block is not None:
-                body.append(block[0])
-                ok &= block[1]
-            entries += 2 + 2 * len(values)
-        if entries > 2 * D.MAX_FIELDS or not ok.any():
-            continue
-        payloads = D.payloads(body, np.full(hi - lo, entries), version)
-        chosen.append(order[lo:hi][ok])
-        made.append(payloads if ok.all() else B.take(payloads, np.flatnonzero(ok)))
-    if not made:
-        return np.zeros(0, dtype=np.int64), B.Packed(np.zeros(0, np.uint8), np.zeros(1, np.int64))
-    return np.concatenate(chosen), _join(made)
+def _hash_views(views: list[tuple[str, Batch]], fields: list[list[bytes]]) -> list[D.ViewFields]:
+    """Each view's fields in the entities' hashes (``fields``: :func:`_hash_fields`), their
+    values encoded once for the whole write: ``_ts:<view>`` and its Timestamp bytes, then
+    each feature's ``ValueProto`` bytes."""
+    return [D.ViewFields(names, [[E.timestamp_protos(batch.event_micros)],
+                                 *(batch.encoded_parts(name) for name in batch.features)])
+            for (_, batch), names in zip(views, fields, strict=True)]
 
 
 def _by_timestamp_length(batch: Batch) -> Batch:
@@ -922,7 +879,7 @@ class _Plan:
         if len(views) == 1:
             return cls._one_view(batches[0], ts_fields[0], fields[0], project, ttl)
         segments = [
-            _join([B.concat(_fields_part(batch.rows(lo, hi), ts_field, f))
+            B.stack([B.concat(_fields_part(batch.rows(lo, hi), ts_field, f))
                    for lo, hi in _groups(batch)])
             for batch, ts_field, f in zip(batches, ts_fields, fields, strict=True)
         ]
@@ -936,7 +893,7 @@ class _Plan:
         plan = cls(keys, keys, ts_fields, pairs, segments, rows,
                    _time_args(seconds, nanos, rows >= 0), ttl)
         blocks = [np.arange(lo, min(lo + _BLOCK, n)) for lo in range(0, n, _BLOCK)]
-        plan.commands = _join([plan._commands(block, plan.present[block]) for block in blocks])
+        plan.commands = B.stack([plan._commands(block, plan.present[block]) for block in blocks])
         return plan
 
     @classmethod
@@ -959,7 +916,7 @@ class _Plan:
         n = batch.n
         micros = batch.event_micros[:, None]
         segments: list[B.Packed] = []  # only needed by partial(), never with one view
-        return cls(_join(key_data), _join(cmd_data), [ts_field], [1 + len(fields)], segments,
+        return cls(B.stack(key_data), B.stack(cmd_data), [ts_field], [1 + len(fields)], segments,
                    np.arange(n, dtype=np.int64)[:, None],
                    _time_args(micros // 1_000_000, (micros % 1_000_000) * 1_000,
                               np.ones((n, 1), dtype=bool)), ttl)
@@ -1031,15 +988,6 @@ def _as_binary(packed: B.Packed) -> pa.Array:
 def _packed_of(array: pa.Array) -> B.Packed:
     """An Arrow binary array as ``Packed``."""
     return B.from_arrow(array)
-
-
-def _join(pieces: list[B.Packed]) -> B.Packed:
-    """Row-wise union of ``Packed`` pieces, in order."""
-    data = np.concatenate([p.data[int(p.offsets[0]) : int(p.offsets[-1])] for p in pieces])
-    lengths = np.concatenate([p.lengths() for p in pieces])
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    return B.Packed(data, offsets)
 
 
 def _span(packed: B.Packed) -> memoryview:

@@ -28,6 +28,7 @@ this module's payload must ``DUMP`` exactly as the same hash made by ``HSET``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,6 +44,96 @@ MAX_FIELDS = 128
 """Most fields per hash (Redis's default ``hash-max-listpack-entries``)."""
 MAX_INTEGER_DIGITS = 20
 """A string longer than this is never stored as a listpack integer."""
+
+
+class ViewFields:
+    """One view's fields in its entities' hashes: their names (the same in every hash) and
+    values (parts to join per row, rows as the view's batch), the view's event time
+    field first (the payloads' numpy build groups entities by its length)."""
+
+    def __init__(self, names: Sequence[bytes], values: Sequence[Sequence[B.Cells | B.Packed]]
+                 ) -> None:
+        if len(names) != len(values) or not names:
+            msg = f"{len(names)} field names for {len(values)} values: one each, at least one"
+            raise ValueError(msg)
+        self.names = list(names)
+        self.values = [list(parts) for parts in values]
+        self._joined: list[B.Packed] | None = None
+
+    def joined(self) -> list[B.Packed]:
+        """Each value's parts joined (once): what the numpy build takes rows from."""
+        if self._joined is None:
+            self._joined = [parts[0] if len(parts) == 1 and isinstance(parts[0], B.Packed)
+                            else B.concat(parts) for parts in self.values]
+        return self._joined
+
+
+def hash_payloads(views: Sequence[ViewFields], rows: npt.NDArray[np.int64], version: bytes
+                  ) -> tuple[npt.NDArray[np.int64], B.Packed]:
+    """The ``DUMP`` payloads of the entities whose hashes a listpack can hold.
+
+    Entity ``i``'s hash holds, view after view, the fields of each view with a row for it
+    (``rows[i, v] >= 0``), their values read at that row. Returns (positions, payloads):
+    the entities (rows of ``rows``) that have one, and their payloads in that order;
+    the others (see :func:`eligible`, at most :data:`MAX_FIELDS` fields) go by ``HSET``.
+    ``version``: the server's RDB version (2 bytes). One kernel pass over the entities
+    (:func:`featureflow.ops.hash_payloads`); where the kernels are missing, numpy builds
+    the entities in groups of one shape (:func:`_grouped_payloads`)."""
+    built = ops.hash_payloads(
+        [name for view in views for name in view.names],
+        [v for v, view in enumerate(views) for _ in view.names],
+        [[B.byte_rows(part) for part in parts] for view in views for parts in view.values],
+        rows, version)
+    if built is None:
+        return _grouped_payloads(views, rows, version)
+    data, offsets, ok = built
+    positions = np.flatnonzero(ok)
+    # the rows of entities without a payload are empty: their offsets can go
+    return positions, B.Packed(data, offsets[np.concatenate([[0], positions + 1])])
+
+
+def _grouped_payloads(views: Sequence[ViewFields], rows: npt.NDArray[np.int64], version: bytes
+                      ) -> tuple[npt.NDArray[np.int64], B.Packed]:
+    """:func:`hash_payloads` in numpy. Entities are taken in groups of one shape (the views
+    they have, the length of each view's first value: its event time), so every part of a
+    group's payloads has one width and rows are stacked, not joined."""
+    present = rows >= 0
+    joined = [view.joined() for view in views]
+    stamp_lengths = [np.where(present[:, v], values[0].lengths()[np.maximum(rows[:, v], 0)], 0)
+                     if values[0].n else np.zeros(len(rows), dtype=np.int64)
+                     for v, values in enumerate(joined)]
+    shape = np.concatenate([present, np.stack(stamp_lengths, axis=1)], axis=1)
+    order = np.lexsort(shape.T[::-1])
+    shape = shape[order]
+    bounds = [0, *(np.flatnonzero((np.diff(shape, axis=0) != 0).any(axis=1)) + 1).tolist(),
+              len(order)]
+    chosen: list[npt.NDArray[np.int64]] = []
+    made: list[B.Packed] = []
+    for lo, hi in itertools.pairwise(bounds):
+        entities = order[lo:hi]
+        names: list[bytes] = []
+        values: list[B.Packed] = []
+        for v, view in enumerate(views):
+            if shape[lo, v]:
+                names += view.names
+                values += [B.take(value, rows[entities, v]) for value in joined[v]]
+        if not names or len(names) > MAX_FIELDS:  # no view, or more than a listpack holds
+            continue
+        block = fixed_entries(names, values)
+        if block is None:  # values of several lengths: cell by cell
+            cells = [cell for name, value in zip(names, values, strict=True)
+                     for cell in (B.const(name, hi - lo), value)]
+            ok, body = eligible(cells), entry_parts(cells)
+        else:
+            body, ok = [block[0]], block[1]
+        if not ok.any():
+            continue
+        built = payloads(body, np.full(hi - lo, 2 * len(names)), version)
+        chosen.append(entities[ok])
+        made.append(built if ok.all() else B.take(built, np.flatnonzero(ok)))
+    if not made:
+        return np.zeros(0, dtype=np.int64), B.Packed(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+    return np.concatenate(chosen), B.stack(made)
 
 
 def crc64(rows: B.Packed) -> npt.NDArray[np.uint64]:

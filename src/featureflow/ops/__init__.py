@@ -40,6 +40,7 @@ __all__ = [
     "crc64_rows",
     "describe",
     "gather_runs",
+    "hash_payloads",
     "hopping",
     "join_rows",
     "merge_runs",
@@ -364,6 +365,49 @@ def join_rows(parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | 
         pass (the caller joins with Arrow).
     """
     return _backend.current().backend.join_rows(list(parts), int(n))
+
+
+def hash_payloads(
+    names: list[bytes], views_of: list[int], values: list[list[ByteRows]],
+    rows: np.ndarray, version: bytes,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Whole Redis hashes as ``RESTORE`` payloads (what ``DUMP`` gives), one per entity.
+
+    Entity ``i``'s hash holds, in order, each field ``k`` whose view has a row for it
+    (``r = rows[i, views_of[k]] >= 0``): the name ``names[k]`` and the value ``values[k]``
+    at row ``r`` (its parts joined, as :func:`join_rows` joins them).
+
+    Args:
+        names: the field names, view after view (``views_of`` ascending).
+        views_of: the view of each field.
+        values: per field, its value's parts, rows as the view's.
+        rows: int64 (entities, views): each entity's row in each view, -1 where none;
+            a view's row belongs to one entity at most.
+        version: the two RDB version bytes of the server's ``DUMP`` footer.
+    Returns:
+        (bytes, offsets, ok): Arrow's binary layout, one row per entity, and per entity
+        whether the row holds its payload: the server keeps such a hash as a listpack
+        (every name and value under 64 bytes, none reading as a decimal integer, at most
+        128 fields). Rows where ``ok`` is false are empty. None on the numpy backend,
+        which has no such pass (``featureflow.online.redis_dump`` builds them).
+    """
+    if len(names) != len(views_of) or len(names) != len(values) or len(version) != 2:
+        msg = (f"{len(names)} names, {len(views_of)} views and {len(values)} values of "
+               f"fields, {len(version)} version bytes: one each per field and two")
+        raise ValueError(msg)
+    rows = np.asarray(rows)
+    if rows.ndim != 2 or any(not 0 <= v < rows.shape[1] for v in views_of):
+        msg = f"rows of shape {rows.shape} do not cover the fields' views {sorted(set(views_of))}"
+        raise ValueError(msg)
+    last = rows.max(axis=0, initial=-1)
+    for k, (view, parts) in enumerate(zip(views_of, values, strict=True)):
+        short = [p.rows for p in parts if p.rows <= last[view]]
+        if short:
+            msg = f"field {k}'s value has {min(short)} rows; its view's rows reach {last[view]}"
+            raise ValueError(msg)
+    return _backend.current().backend.hash_payloads(
+        list(names), list(views_of), [list(parts) for parts in values], rows, bytes(version)
+    )
 
 
 def read_flat_json(values: pa.Array, fields: list[FlatField]) -> FlatRead | None:

@@ -85,6 +85,15 @@ class Backend(Protocol):
         offsets); None where the backend has no such pass (the caller joins)."""
         ...
 
+    def hash_payloads(
+        self, names: list[bytes], views_of: list[int], values: list[list[ByteRows]],
+        rows: np.ndarray, version: bytes,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:  # fmt: skip
+        """Each entity's Redis ``RESTORE`` payload (bytes, int64 offsets) and whether it
+        holds one (bool; empty rows where not); None where the backend has no such pass
+        (the caller builds them). See :func:`featureflow.ops.hash_payloads`."""
+        ...
+
     def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
         """The flat JSON records of ``values`` read into ``fields``' columns, the others
         left; None where the backend has no such pass (every record is the caller's)."""

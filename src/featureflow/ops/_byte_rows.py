@@ -21,6 +21,11 @@ class ByteRows:
     offsets: np.ndarray | None = None
     lengths: np.ndarray | None = None
 
+    @property
+    def rows(self) -> int:
+        """The rows it holds."""
+        return len(self.offsets) - 1 if self.offsets is not None else int(self.data.shape[0])
+
     def total_bytes(self, n: int) -> int:
         """The bytes of all ``n`` rows."""
         if self.offsets is not None:

@@ -242,6 +242,13 @@ class ReferenceBackend:
         """No row join here: the caller's (Arrow's ``binary_join_element_wise``) runs."""
         return None
 
+    def hash_payloads(
+        self, names: list[bytes], views_of: list[int], values: list[list[ByteRows]],
+        rows: np.ndarray, version: bytes,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:  # fmt: skip
+        """No payload pass here: the caller's (``redis_dump``'s numpy build) runs."""
+        return None
+
     def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
         """No vectorised JSON pass in numpy: the caller's per-record parser reads all."""
         return None

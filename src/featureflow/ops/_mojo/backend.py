@@ -443,28 +443,44 @@ class NativeBackend:
         out = np.empty(max(size, 1), dtype=np.uint8)
         words = [n, len(parts), int(offsets.ctypes.data), int(out.ctypes.data), size]
         held: list[np.ndarray | None] = []  # what the kernel reads, alive until it returns
-        for part in parts:
-            if part.offsets is not None:
-                part_offsets = np.ascontiguousarray(part.offsets, dtype=np.int64)
-                held.append(part_offsets)
-                words += [0, int(part.data.ctypes.data), int(part_offsets.ctypes.data), 0, 0]
-                continue
-            matrix = part.data
-            if matrix.shape[1] > 1 and matrix.strides[1] != 1:
-                matrix = np.ascontiguousarray(matrix)
-            lengths = (
-                None if part.lengths is None
-                else np.ascontiguousarray(part.lengths, dtype=np.int64)
-            )  # fmt: skip
-            held += [matrix, lengths]
-            words += [1, int(matrix.ctypes.data),
-                      0 if lengths is None else int(lengths.ctypes.data),
-                      int(matrix.shape[1]), int(matrix.strides[0]) if n > 1 else 0]  # fmt: skip
+        words += _part_words(parts, held)
         if n:
             self._call("join_rows", words)
         else:
             offsets[0] = 0
         return out[:size], offsets
+
+    def hash_payloads(
+        self, names: list[bytes], views_of: list[int], values: list[list[ByteRows]],
+        rows: np.ndarray, version: bytes,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:  # fmt: skip
+        """One pass over the entities (hash_payloads.mojo), the GIL released."""
+        n, n_views = rows.shape
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        name_bytes = np.frombuffer(b"".join(names) or b"\0", dtype=np.uint8)
+        name_offsets = np.cumsum([0, *map(len, names)], dtype=np.int64)
+        pair_views = np.asarray(views_of, dtype=np.int64)
+        bounds = np.cumsum([0, *map(len, values)], dtype=np.int64)
+        parts = [part for field in values for part in field]
+        # each row of a view's parts belongs to one entity at most (rows is a union's)
+        size = sum(part.total_bytes(part.rows) for part in parts)
+        size += n * (23 + sum(len(name) + 4 for name in names))
+        offsets = np.empty(n + 1, dtype=np.int64)
+        out = np.empty(max(size, 1), dtype=np.uint8)
+        ok = np.zeros(n, dtype=np.uint8)
+        held: list[np.ndarray | None] = [rows, name_bytes, name_offsets, pair_views, bounds]
+        words = [
+            n, n_views, len(names), int.from_bytes(version, "little"),
+            int(offsets.ctypes.data), int(out.ctypes.data), size, int(ok.ctypes.data),
+            int(SLICING_TABLES.ctypes.data), int(name_bytes.ctypes.data),
+            int(name_offsets.ctypes.data), int(pair_views.ctypes.data), int(bounds.ctypes.data),
+            int(rows.ctypes.data), len(parts), *_part_words(parts, held),
+        ]  # fmt: skip
+        if n:
+            written = int(self._call("hash_payloads", words))
+        else:
+            offsets[0], written = 0, 0
+        return out[:written], offsets, ok.view(np.bool_)
 
     def read_flat_json(self, values: pa.BinaryArray, fields: list[FlatField]) -> FlatRead | None:
         """One pass over the records' bytes in place (json_flat.mojo), the GIL released."""
@@ -545,3 +561,28 @@ def _widest_key(run_keys: np.ndarray) -> int:
         return 0
     starts = np.flatnonzero(run_keys[1:] != run_keys[:-1]) + 1
     return int(np.diff(starts, prepend=0, append=len(run_keys)).max())
+
+
+def _part_words(parts: list[ByteRows], held: list[np.ndarray | None]) -> list[int]:
+    """The PART_WORDS of each part (byte_rows.mojo), keeping in ``held`` every array the
+    kernel will read (alive until it returns)."""
+    words: list[int] = []
+    for part in parts:
+        if part.offsets is not None:
+            part_offsets = np.ascontiguousarray(part.offsets, dtype=np.int64)
+            held.append(part_offsets)
+            words += [0, int(part.data.ctypes.data), int(part_offsets.ctypes.data), 0, 0]
+            continue
+        matrix = part.data
+        if matrix.shape[1] > 1 and matrix.strides[1] != 1:
+            matrix = np.ascontiguousarray(matrix)
+        lengths = (
+            None if part.lengths is None
+            else np.ascontiguousarray(part.lengths, dtype=np.int64)
+        )  # fmt: skip
+        held += [matrix, lengths]
+        stride = int(matrix.strides[0]) if matrix.shape[0] > 1 else 0
+        words += [1, int(matrix.ctypes.data),
+                  0 if lengths is None else int(lengths.ctypes.data),
+                  int(matrix.shape[1]), stride]  # fmt: skip
+    return words
