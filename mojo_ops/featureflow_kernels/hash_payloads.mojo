@@ -46,7 +46,7 @@ def hash_payloads(d: I64P) raises -> Int:
     as a little-endian int), int64 out offsets addr (n + 1, written), out bytes addr, out
     capacity, uint8 ok addr (n, written: 1 where the row holds the entity's payload),
     CRC tables addr (as `crc64_rows`), field names' bytes addr, int64 name offsets addr
-    (P + 1), int64 view of each field addr (P, ascending), int64 part bounds addr
+    (P + 1), int64 view of each field addr (P, any order), int64 part bounds addr
     (P + 1: field k's value is parts [bounds[k], bounds[k + 1]) joined), int64 rows addr
     (n x V, row-major: each entity's row in each view, -1: none), parts Q; then
     PART_WORDS per part (as `byte_rows.join_rows`), read at the entity's row of the

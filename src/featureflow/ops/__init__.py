@@ -378,7 +378,7 @@ def hash_payloads(
     at row ``r`` (its parts joined, as :func:`join_rows` joins them).
 
     Args:
-        names: the field names, view after view (``views_of`` ascending).
+        names: the field names, in the order the hashes hold them.
         views_of: the view of each field.
         values: per field, its value's parts, rows as the view's.
         rows: int64 (entities, views): each entity's row in each view, -1 where none;
