@@ -71,11 +71,12 @@ def _rss_bytes(pid: int) -> int:
 _BASELINE = """
 import sys
 import pyspark.daemon, pyspark.worker  # noqa: F401  (what a forked worker starts from)
-from featureflow import ops, online, schema  # noqa: F401
+from featureflow import ops, schema  # noqa: F401
 from featureflow.repo import cached_store
 from featureflow.spark import topic_pass  # noqa: F401
 ops.backend()  # loads the kernels
-cached_store(sys.argv[1])
+cached_store(sys.argv[1])  # Feast, imported as a worker imports it (repo.load_store)
+from featureflow import online  # noqa: F401
 for line in open("/proc/self/status"):
     if line.startswith("VmRSS:"):
         print(int(line.split()[1]) * 1024)

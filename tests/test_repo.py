@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from feast import Entity, Field, FileSource, KafkaSource, StreamFeatureView
@@ -154,3 +157,45 @@ def test_an_avro_field_of_an_unsupported_type_is_named() -> None:
                  source=_source(AvroFormat(schema_json=schema)))  # fmt: skip
     with pytest.raises(RepoError, match="Avro field 'tags'"):
         stream_view_spec(view)
+
+
+_LOAD_STORE = """
+import json, sys
+if sys.argv[2] == "worker":
+    import pyspark.worker  # noqa: F401  (what a Spark Python worker has loaded)
+import typeguard
+decorator = typeguard.typechecked
+from featureflow.repo import load_store
+store = load_store(sys.argv[1])
+from feast import FeatureView
+view = store.get_stream_feature_view("user_txn_stats")
+print(json.dumps({
+    "instrumented": "check_argument_types_internal" in FeatureView.__init__.__code__.co_names,
+    "decorator_restored": typeguard.typechecked is decorator,
+    "features": sorted(field.name for field in view.features),
+}))
+"""
+
+
+def _load_store_in_a_new_process(repo: Path, role: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD_STORE, str(repo), role],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    loaded: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_a_spark_worker_imports_feast_without_typeguard_and_reads_the_same_views(
+    feature_repo_copy: Path,
+) -> None:
+    from featureflow.schema import apply_repo
+
+    apply_repo(feature_repo_copy)
+    worker = _load_store_in_a_new_process(feature_repo_copy, "worker")
+    driver = _load_store_in_a_new_process(feature_repo_copy, "driver")
+    assert driver["instrumented"] is True  # the driver and the CLI keep Feast's checks
+    assert worker["instrumented"] is False
+    assert worker["decorator_restored"] is True
+    assert worker["features"] == driver["features"]
+    assert len(worker["features"]) == 19  # type: ignore[arg-type]  # user_id + 18 aggregates

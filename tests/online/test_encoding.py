@@ -19,7 +19,7 @@ from online_helpers import FEATURES
 
 from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
-from featureflow.schema import typemap
+from featureflow.schema import arrowmap, typemap
 
 _I64 = st.integers(-(2**63), 2**63 - 1)
 
@@ -124,8 +124,8 @@ def test_arrow_types_agree_with_the_schema_gate() -> None:
     for dtype, _, _ in FEATURES.values():
         schema_type = typemap.from_feast(dtype)
         if schema_type is not None:  # the gate has no Bytes
-            assert typemap.arrow_matches(E.arrow_type(dtype.to_value_type()), schema_type) or (
-                pa.types.is_timestamp(typemap.to_arrow(schema_type)))
+            assert arrowmap.arrow_matches(E.arrow_type(dtype.to_value_type()), schema_type) or (
+                pa.types.is_timestamp(arrowmap.to_arrow(schema_type)))
 
 
 _LAYOUT_EDGES = [0.0, -0.0, 1.0, -7.0, 1e-4, 9.999e-5, 1e-5, 0.1 + 0.2, 1e15, 1.5e15,

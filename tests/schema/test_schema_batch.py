@@ -9,8 +9,8 @@ import pytest
 
 from featureflow.errors import SchemaMismatchError
 from featureflow.schema import FeatureSchema, check_batch, read_schema
+from featureflow.schema.arrowmap import to_arrow
 from featureflow.schema.report import Status
-from featureflow.schema.typemap import to_arrow
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +35,7 @@ import pytest
 from duckdb_oracle import END_NS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from job_harness import apply, copy_repo
+from job_harness import REPO_ROOT, apply, copy_repo
 
 from featureflow.columns import EVENT_NS
 from featureflow.events import sample
@@ -319,3 +322,55 @@ def _assert_partitions_equal(spark: Any, keys: list[Any], ddl: str, partitions: 
                              strict=True):  # fmt: skip
         received.setdefault(partition, []).append(at)
     assert {p: rows.column("at").to_pylist() for p, rows in split.items()} == received
+
+
+_WORKER = """
+import json, sys
+import pyspark.worker  # noqa: F401  (what a Spark Python worker has loaded)
+from pyspark import cloudpickle
+with open(sys.argv[1], "rb") as f:
+    topic, records = cloudpickle.load(f)
+unpickled_with_feast = "feast" in sys.modules
+out = list(topic.run_partition(0, records))
+from feast import FeatureView
+print(json.dumps({
+    "unpickled_with_feast": unpickled_with_feast,
+    "rows": [batch.num_rows for batch in out],
+    "instrumented": "check_argument_types_internal" in FeatureView.__init__.__code__.co_names,
+}))
+"""
+
+
+def test_a_worker_unpickles_its_task_without_feast_and_writes_with_feast_unchecked(
+    tmp_path: Path,
+) -> None:
+    """A Python worker that unpickles a topic task (its views' feature schemas included)
+    imports no Feast: only the worker that writes does, when it opens the store, and
+    then without typeguard's instrumentation (``featureflow.repo.load_store``). The
+    write goes through and matches the same task run in this process."""
+    from pyspark import cloudpickle
+
+    from featureflow.schema import read_schemas
+
+    worker_repo, here_repo = _applied_repos(tmp_path, "worker", "here")
+    schemas = {s.view: s for s in read_schemas(sorted((REPO_ROOT / "schemas").glob("*.mojo")))}
+    records = _records(seed=3).slice(0, 700)
+    records = records.filter(pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS == 0))
+
+    def topic(repo: Path) -> TopicPass:
+        tasks = tuple(dataclasses.replace(task, feature_schema=schemas[task.spec.name])
+                      for task in _tasks(repo, 0, 0))  # fmt: skip
+        return TopicPass(tasks, str(repo), 0)
+
+    pickled = tmp_path / "task.pickle"
+    pickled.write_bytes(cloudpickle.dumps((topic(worker_repo), records)))
+    done = subprocess.run([sys.executable, "-c", _WORKER, str(pickled)],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    worker = json.loads(done.stdout.strip().splitlines()[-1])
+    assert worker["unpickled_with_feast"] is False
+    assert worker["instrumented"] is False
+    here = pa.Table.from_batches(list(topic(here_repo).run_partition(0, records)))
+    assert sum(worker["rows"]) == here.num_rows > 0
+    users = records.column("user_id").unique().to_pylist()
+    assert _online(worker_repo, users) == _online(here_repo, users)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from featureflow.errors import SchemaError, SchemaMismatchError
-from featureflow.schema.batch import check_arrow
 from featureflow.schema.checks import check_coverage, check_view
 from featureflow.schema.feast_repo import (
     ViewSpec,
@@ -21,9 +20,6 @@ from featureflow.schema.reader import read_schemas, schema_files
 from featureflow.schema.report import Report
 from featureflow.schema.typemap import FEAST_TIMESTAMP, feast_name, from_feast
 from featureflow.schema.writer import render_schema, struct_name
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 DEFAULT_VERSION = "1.0.0"
 
@@ -117,35 +113,6 @@ def check_repo(
     return report
 
 
-_batch_cache: dict[tuple[int, FeatureSchema], Report] = {}
-
-
-def check_batch(arrow_schema: pa.Schema, view_schema: FeatureSchema) -> Report:
-    """Check one micro-batch's Arrow schema before writing it.
-
-    Column types must be exactly the schema's (timestamps in unit and zone);
-    extra columns are warnings. Results are cached per Arrow schema, so a
-    stream of batches of one shape pays the check once.
-
-    Raises:
-        SchemaMismatchError: A column is missing or has another type.
-    """
-    key = (hash(arrow_schema.to_string()), view_schema)
-    report = _batch_cache.get(key)
-    if report is None:
-        report = Report(tuple(check_arrow(arrow_schema, view_schema)))
-        if len(_batch_cache) > 1024:
-            _batch_cache.clear()
-        _batch_cache[key] = report
-    if not report.ok:
-        failed = "; ".join(
-            f"{r.field}: expected {r.expected}, got {r.actual}" for r in report.failures
-        )
-        msg = f"micro-batch of {view_schema.view} does not match its schema: {failed}"
-        raise SchemaMismatchError(msg, report)
-    return report
-
-
 def schema_of_view(view: ViewSpec) -> FeatureSchema:
     """The schema a view's current Feast definition implies (what ``schema init`` writes)."""
     fields: list[SchemaField] = []
@@ -215,7 +182,6 @@ def init_schemas(
 
 __all__ = [
     "apply_repo",
-    "check_batch",
     "check_repo",
     "evaluate",
     "init_schemas",

@@ -19,6 +19,10 @@ Mojo (schema file)                     Feast                 Arrow (micro-batch)
 Feast's ``UnixTimestamp`` carries no unit or zone: Feast stores UTC instants
 and hands Arrow ``timestamp[us]``, so featureflow's canonical Feast timestamp
 is ``Timestamp["us", "UTC"]``.
+
+The Arrow column's functions live in :mod:`featureflow.schema.arrowmap`, apart
+from Feast: the stream job's executors check each micro-batch against its schema
+without importing Feast.
 """
 
 from __future__ import annotations
@@ -45,15 +49,6 @@ _SCALAR_TO_FEAST: dict[Scalar, ft.PrimitiveFeastType] = {
     Scalar.STRING: ft.String,
 }
 _FEAST_TO_SCALAR = {v: k for k, v in _SCALAR_TO_FEAST.items()}
-
-_SCALAR_TO_ARROW: dict[Scalar, pa.DataType] = {
-    Scalar.INT64: pa.int64(),
-    Scalar.INT32: pa.int32(),
-    Scalar.FLOAT64: pa.float64(),
-    Scalar.FLOAT32: pa.float32(),
-    Scalar.BOOL: pa.bool_(),
-    Scalar.STRING: pa.string(),
-}
 
 
 def to_feast(value_type: ValueType) -> FeastType:
@@ -83,26 +78,6 @@ def from_feast(dtype: FeastType) -> ValueType | None:
 def feast_name(dtype: FeastType | None) -> str:
     """How a Feast type reads in a report (``Float64``, ``Array(Int64)``)."""
     return "unknown" if dtype is None else str(dtype)
-
-
-def to_arrow(value_type: ValueType) -> pa.DataType:
-    """The Arrow type a micro-batch column of this schema type has."""
-    if isinstance(value_type, ScalarType):
-        return _SCALAR_TO_ARROW[value_type.scalar]
-    if isinstance(value_type, TimestampType):
-        return pa.timestamp(value_type.unit, tz=value_type.zone)
-    return pa.list_(to_arrow(value_type.element))
-
-
-def arrow_matches(actual: pa.DataType, value_type: ValueType) -> bool:
-    """Whether an Arrow column type carries this schema type (large variants allowed)."""
-    if isinstance(value_type, ListType):
-        if pa.types.is_list(actual) or pa.types.is_large_list(actual):
-            return arrow_matches(actual.value_type, value_type.element)
-        return False
-    if isinstance(value_type, ScalarType) and value_type.scalar is Scalar.STRING:
-        return pa.types.is_string(actual) or pa.types.is_large_string(actual)
-    return bool(actual == to_arrow(value_type))
 
 
 _ARROW_TO_FEAST: dict[pa.DataType, ft.PrimitiveFeastType] = {
