@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from featureflow import features, online, ops
+from featureflow import features, ops
 from featureflow.backfill.output import DayStore
 from featureflow.backfill.source import ERROR_AT
 from featureflow.backfill.timerange import TimeRange
@@ -112,7 +112,10 @@ class PartitionBackfill:
         online_written = 0
         if self.repo_path is not None and emitted.num_rows:
             rows = online_rows(emitted, self.spec)
-            online.write(cached_store(self.repo_path), self.spec.name, rows)
+            store = cached_store(self.repo_path)  # imports Feast as a worker does (load_store)
+            from featureflow import online
+
+            online.write(store, self.spec.name, rows)
             online_written = rows.num_rows
         yield pa.RecordBatch.from_pydict(
             {

@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 
 from featureflow.columns import EVENT_NS
 from featureflow.spark import allocators, failpoints, state, state_host, worker_gc
-from featureflow.spark.online_sink import ViewTask, run_views
+from featureflow.spark.online_sink import ViewTask, open_store, run_views
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
 if TYPE_CHECKING:
@@ -207,7 +207,11 @@ def partition_outputs(
     topic: TopicPass, partition: int, records: pa.Table | list[pa.Table]
 ) -> list[pa.RecordBatch]:
     """:meth:`TopicPass.run_partition`, then :func:`after_task`: a task's work where the
-    executor's state host runs it (:mod:`~featureflow.spark.state_host`)."""
+    executor's state host runs it (:mod:`~featureflow.spark.state_host`).
+
+    The store is opened (:func:`~featureflow.spark.online_sink.open_store`) before the
+    views compute, though only the online write uses it."""
+    open_store(topic.repo_path)
     out = list(topic.run_partition(partition, records))
     after_task(topic.batch_id)
     return out
