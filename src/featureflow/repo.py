@@ -201,8 +201,9 @@ def _import_feast_unchecked() -> None:
     (1.1 s without it), paid by the worker that writes a micro-batch's features before
     its first write. Spark's Python workers only read the registry's objects, which
     ``feast apply`` built and checked on the driver; typeguard turns the decorator off
-    itself under ``python -O`` ("not meant to be run in production"). The decorator is
-    restored once Feast is imported, so nothing else in the process loses its checks.
+    itself under ``python -O`` (for checks that "aren't meant to be run in
+    production"). The decorator is restored once Feast is imported, so nothing else in
+    the process loses its checks.
     """
     import typeguard
 
