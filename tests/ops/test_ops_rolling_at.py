@@ -21,6 +21,7 @@ from ops_strategies import Rows, rows
 from test_ops_rolling import assert_matches
 
 import featureflow.ops as ops
+from featureflow.ops import _query
 
 ALL = list(ops.AGGS)
 
@@ -85,6 +86,40 @@ def test_matches_duckdb_at_any_query(
     expected = oracle_at(keys, data, at_keys, at_ts, window, ALL, hop)
     for agg in ALL:
         assert_matches(got[f"{agg}_{window}"], expected[agg], agg)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=rows(),
+    cuts=st.lists(st.integers(0, 60), max_size=3),
+    pieces=st.integers(1, 7),
+    draw=st.data(),
+)
+def test_queries_in_sorted_pieces_match_duckdb(
+    data: Rows, cuts: list[int], pieces: int, draw: st.DataObject
+) -> None:
+    """Queries that come as a few pieces, each sorted by (key, t), as the stream job's do
+    (new events by entity, then each entity's latest): up to `SEQUENTIAL_PIECES` pieces
+    the kernels write each output at its query's row, beyond it in sorted order and one
+    gather puts them back; both give DuckDB's frames in the caller's order."""
+    keys = int_keys(data)
+    at_keys, at_ts = draw.draw(queries(keys, data.ts))
+    bounds = sorted(draw.draw(st.lists(st.integers(0, len(at_ts)), min_size=pieces - 1,
+                                       max_size=pieces - 1)))  # fmt: skip
+    order = np.concatenate([a + np.lexsort((at_ts[a:b], at_keys[a:b]))
+                            for a, b in itertools.pairwise([0, *bounds, len(at_ts)])])  # fmt: skip
+    at_keys, at_ts = at_keys[order], at_ts[order]
+    runs = as_runs(keys, data, cuts)
+    got = ops.rolling_at(runs, 50, ALL, at_keys, at_ts)
+    expected = oracle_at(keys, data, at_keys, at_ts, 50, ALL)
+    for agg in ALL:
+        assert_matches(got[f"{agg}_50"], expected[agg], agg)
+    plan = _query.plan([_query.Run(k, t, v) for k, t, v in runs], at_keys, at_ts,
+                       lambda run_keys, group: np.zeros((len(group), 2), np.int64))  # fmt: skip
+    points = list(zip(at_keys.tolist(), at_ts.tolist(), strict=True))
+    found = 1 + sum(later < earlier for earlier, later in itertools.pairwise(points))
+    assert found <= pieces
+    assert (plan.qout is plan.order) == (found <= _query.SEQUENTIAL_PIECES)
 
 
 @settings(max_examples=40, deadline=None)

@@ -149,9 +149,9 @@ def _merged(
 class Plan:
     """The queries sorted by (key, t), grouped by key, with each key's segment per run.
 
-    ``qts[j]``: time of sorted query j; ``qout[j]``: its output row (j: the
-    backends write in sorted order; ``order[j]`` is its position in the caller's
-    query order, see `in_query_order`); queries ``qoff[g]:qoff[g + 1]`` are of key
+    ``qts[j]``: time of sorted query j; ``qout[j]``: its output row (``order[j]``,
+    its position in the caller's query order, when those come in a few sorted pieces;
+    otherwise j, see `in_query_order`); queries ``qoff[g]:qoff[g + 1]`` are of key
     ``group_keys[g]``; its rows in run r are ``segs[g, r, 0]:segs[g, r, 1]``;
     ``capacity``: the most rows one key holds over all runs.
     """
@@ -169,15 +169,20 @@ class Plan:
         return len(self.qts)
 
     def in_query_order(self, columns: list[OutputColumn]) -> pa.Table:
-        """The result ``columns``, computed in sorted query order (``qout`` = 0, 1,
-        ...), as a table in the caller's query order.
+        """The result ``columns`` as a table in the caller's query order.
 
-        Out of order, it gathers one column at a time and takes each from
-        ``columns`` (the list is left empty): a column's sorted buffers are freed
-        once it is gathered, so the results are held about once, not twice (the
-        offline history of a large micro-batch is the biggest table a task makes).
-        Already in order, the columns are the table as they are."""
-        if len(self.order) < 2 or bool(np.all(self.order[1:] > self.order[:-1])):
+        Written at their queries' own rows (``qout`` is ``order``), or computed in
+        sorted order when that is the caller's, the columns are the table as they are.
+        Otherwise (computed in sorted order, ``qout`` = 0, 1, ...) it gathers one
+        column at a time and takes each from ``columns`` (the list is left empty): a
+        column's sorted buffers are freed once it is gathered, so the results are held
+        about once, not twice (the offline history of a large micro-batch is the
+        biggest table a task makes)."""
+        if (
+            self.qout is self.order
+            or len(self.order) < 2
+            or bool(np.all(self.order[1:] > self.order[:-1]))
+        ):
             return _tables.table(columns, self.nq)
         inverse = np.empty_like(self.order)
         inverse[self.order] = np.arange(len(self.order))
@@ -214,9 +219,27 @@ def plan(
         segs[:, r, :] = segments(run.keys, group_keys)
     held = (segs[:, :, 1] - segs[:, :, 0]).sum(axis=1) if len(runs) else np.zeros(0)
     capacity = int(held.max()) if len(held) else 0
-    # outputs are written in sorted order (sequential stores), then put back in
-    # query order with one gather (`in_query_order`)
-    return Plan(qts, np.arange(len(qts), dtype=np.int64), qoff, group_keys, segs, capacity, order)
+    # Queries that come as a few pieces, each sorted by (key, t), have their outputs
+    # written at their own rows: one sequential store stream per piece. Any other order
+    # is written in sorted order and put back with one gather (`in_query_order`):
+    # scattered stores over 18 columns cost more than the frames.
+    if _sorted_pieces(at_keys, at_ts) <= SEQUENTIAL_PIECES:
+        qout = order
+    else:
+        qout = np.arange(len(qts), dtype=np.int64)
+    return Plan(qts, qout, qoff, group_keys, segs, capacity, order)
+
+
+SEQUENTIAL_PIECES = 4
+"""The most sorted pieces of queries whose outputs `plan` has written in place."""
+
+
+def _sorted_pieces(keys: np.ndarray, ts: np.ndarray) -> int:
+    """How many pieces, each sorted by (key, t), the queries come in, in their order."""
+    if len(keys) < 2:
+        return 1
+    down = (keys[1:] < keys[:-1]) | ((keys[1:] == keys[:-1]) & (ts[1:] < ts[:-1]))
+    return int(np.count_nonzero(down)) + 1
 
 
 def _search(
