@@ -129,9 +129,8 @@ def rolling_outputs(
     event's features, in event-time order (a view whose state is runs, below: by
     entity, then event time, equal times in arrival order). State, in event-time
     order: what a frame of a future on-time event (time >= ``watermark_ns``) can
-    reach. A plain
-    view keeps the events at or after ``watermark - W`` and no tiles (None). A
-    tiled view whose aggregates merge (:func:`featureflow.tiles.compactable`)
+    reach. A plain view keeps the events at or after ``watermark - W`` and no tiles
+    (None). A tiled view whose aggregates merge (:func:`featureflow.tiles.compactable`)
     keeps per-entity tile partials of the events before the compaction bound and
     the raw events after it, so its state is bounded by W / hop tiles per
     entity; ``tile_state`` is its earlier tiles.
