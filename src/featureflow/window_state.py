@@ -218,16 +218,17 @@ def _rolling_at_queries(
     state_rows = events.num_rows - new_rows
     new = events.slice(state_rows)
     runs = runs_with(events.slice(0, state_rows), new, key)
-    new_keys = np.asarray(new.column(key).to_numpy())
-    new_ts = np.asarray(new.column(EVENT_NS).to_numpy())
-    # history by entity, then event time: with the online queries (one per entity, in
-    # key order) the queries are two sorted pieces, whose outputs the kernels write in
-    # place (`ops._query.plan`), and the offline files compress better than in time order
-    by_entity = np.lexsort((new_ts, new_keys))
+    # the history comes in the new events' run order, by entity, then event time (ties
+    # in arrival order): with the online queries (one per entity, in key order) the
+    # queries are two sorted pieces, whose outputs the kernels write in place
+    # (`ops._query.plan`), and the offline files compress better than in time order
+    new_run = runs[-1] if new.num_rows else new
+    new_keys = np.asarray(new_run.column(key).to_numpy())
+    new_ts = np.asarray(new_run.column(EVENT_NS).to_numpy())
     touched = np.unique(new_keys)
     online = touched if touched_only else state_runs.entity_keys(runs, key)
-    at_keys = np.concatenate([new_keys[by_entity], online]).astype(np.int64)
-    at_ts = np.concatenate([new_ts[by_entity], state_runs.latest_times(runs, key, online)])
+    at_keys = np.concatenate([new_keys, online]).astype(np.int64)
+    at_ts = np.concatenate([new_ts, state_runs.latest_times(runs, key, online)])
     cut = _keep_from_ns(spec, watermark_ns)
     # the new events are the last run (runs_with); each touched entity's last query is
     # at its latest event, as keeping its frame requires
