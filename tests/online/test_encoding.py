@@ -51,7 +51,11 @@ def test_varint_is_protobufs(values: list[int]) -> None:
     assert packed.to_pylist() == expected
 
 
-@given(st.lists(st.integers(0, 10**12), max_size=50))
+_NEAR_POWERS_OF_TEN = st.integers(0, 18).flatmap(
+    lambda k: st.integers(max(0, 10**k - 2), min(10**k + 1, 2**63 - 1)))
+
+
+@given(st.lists(st.one_of(st.integers(0, 2**63 - 1), _NEAR_POWERS_OF_TEN), max_size=50))
 def test_ascii_decimal(values: list[int]) -> None:
     packed = B.concat([B.ascii_decimal(np.array(values, dtype=np.int64))])
     assert packed.to_pylist() == [str(v).encode() for v in values]

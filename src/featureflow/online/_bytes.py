@@ -135,17 +135,24 @@ def varint(values: npt.NDArray[np.integer]) -> Cells:
     return Cells(matrix, lengths)
 
 
+_POWERS_OF_TEN = 10 ** np.arange(19, dtype=np.int64)
+"""10^0 .. 10^18: every power of ten an ``int64`` holds."""
+
+
 def ascii_decimal(values: npt.NDArray[np.integer]) -> Cells:
-    """Non-negative integers as ASCII decimal digits (RESP lengths)."""
+    """Non-negative integers (any ``int64``) as ASCII decimal digits (RESP lengths).
+
+    The digit counts come from integer comparisons with the powers of ten (a float
+    ``log10`` rounds 999,999,999,999,999 up to 15 and gave it a leading zero)."""
     v = np.ascontiguousarray(values, dtype=np.int64)
     n = v.shape[0]
-    digits = np.maximum(1, np.floor(np.log10(np.maximum(v, 1))).astype(np.int64) + 1)
+    digits = np.maximum(np.searchsorted(_POWERS_OF_TEN, v, side="right"), 1)
     width = int(digits.max()) if n else 1
     matrix = np.empty((n, width), dtype=np.uint8)
     for k in range(width):
         # position k (from the left) holds digit number digits-1-k (from the right)
-        power = np.maximum(digits - 1 - k, 0)
-        matrix[:, k] = (v // (10**power)) % 10 + ord("0")
+        power = _POWERS_OF_TEN[np.maximum(digits - 1 - k, 0)]
+        matrix[:, k] = (v // power) % 10 + ord("0")
     return Cells(matrix, digits)
 
 
