@@ -22,6 +22,7 @@ from test_ops_rolling import assert_matches
 
 import featureflow.ops as ops
 from featureflow.ops import _query
+from featureflow.ops._backend import current
 
 ALL = list(ops.AGGS)
 
@@ -114,12 +115,16 @@ def test_queries_in_sorted_pieces_match_duckdb(
     expected = oracle_at(keys, data, at_keys, at_ts, 50, ALL)
     for agg in ALL:
         assert_matches(got[f"{agg}_50"], expected[agg], agg)
-    plan = _query.plan([_query.Run(k, t, v) for k, t, v in runs], at_keys, at_ts,
-                       lambda run_keys, group: np.zeros((len(group), 2), np.int64))  # fmt: skip
+    no_segments = lambda run_keys, group: np.zeros((len(group), 2), np.int64)  # noqa: E731
+    parsed = [_query.Run(k, t, v) for k, t, v in runs]
+    plan = _query.plan(parsed, at_keys, at_ts, no_segments, current().backend.merge_runs)
     points = list(zip(at_keys.tolist(), at_ts.tolist(), strict=True))
     found = 1 + sum(later < earlier for earlier, later in itertools.pairwise(points))
     assert found <= pieces
     assert (plan.qout is plan.order) == (found <= _query.SEQUENTIAL_PIECES)
+    # merged pieces or a lexsort: the stable (key, t) order either way
+    assert plan.order.tolist() == np.lexsort((at_ts, at_keys)).tolist()
+    assert _query.plan(parsed, at_keys, at_ts, no_segments).order.tolist() == plan.order.tolist()
 
 
 @settings(max_examples=40, deadline=None)

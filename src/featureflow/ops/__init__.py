@@ -260,7 +260,7 @@ def rolling_at_resuming(
             _query.Run(np.zeros(0, np.int64), np.zeros(0, np.int64), pa.array([], value_type))
         ]
     impl = _backend.current().backend
-    plan = _query.plan(parsed, qkeys, qts, impl.run_segments)
+    plan = _query.plan(parsed, qkeys, qts, impl.run_segments, impl.merge_runs)
     window_ns = [ns for _, ns in wins]
     signature = (tuple(window_ns), hop_ns, tuple(names), str(value_type))
     keep = clip_ns is not None and set(names) <= _query.RESUMABLE_AGGS

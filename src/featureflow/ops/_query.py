@@ -21,6 +21,7 @@ and reads only the rows entering and leaving the frames.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -208,10 +209,27 @@ def plan(
     at_keys: np.ndarray,
     at_ts: np.ndarray,
     segments: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    merge: Callable[[list[Run], int], np.ndarray] | None = None,
 ) -> Plan:
     """Group the queries (``at_keys[j]``, ``at_ts[j]``) by key and find their segments
-    (``segments(run.keys, group_keys)``: each group key's ``[left, right)`` in a run)."""
-    order = np.lexsort((at_ts, at_keys))
+    (``segments(run.keys, group_keys)``: each group key's ``[left, right)`` in a run).
+
+    ``merge``: the backend's ``merge_runs`` (a stable merge of runs sorted by (key, t),
+    as indices into their concatenation). Queries that come in a few sorted pieces (a
+    stream's new events by entity, then each touched entity's latest) are ordered by
+    merging the pieces: 3.8 ms against a 31 ms lexsort for 286 k queries in two
+    pieces on the Mojo backend, the same order (the lexsort is stable too)."""
+    at_keys = np.ascontiguousarray(at_keys, dtype=np.int64)
+    at_ts = np.ascontiguousarray(at_ts, dtype=np.int64)
+    starts = _piece_starts(at_keys, at_ts)
+    if len(starts) <= 1:
+        order = np.arange(len(at_keys), dtype=np.int64)
+    elif merge is not None and len(starts) <= SEQUENTIAL_PIECES:
+        bounds = itertools.pairwise([*starts.tolist(), len(at_keys)])
+        order = merge([Run(at_keys[a:b], at_ts[a:b], _NO_VALUES) for a, b in bounds],
+                      _EARLIEST)  # fmt: skip
+    else:
+        order = np.lexsort((at_ts, at_keys))
     qk = at_keys[order]
     qts = np.ascontiguousarray(at_ts[order], dtype=np.int64)
     if len(qk):
@@ -229,23 +247,28 @@ def plan(
     # written at their own rows: one sequential store stream per piece. Any other order
     # is written in sorted order and put back with one gather (`in_query_order`):
     # scattered stores over 18 columns cost more than the frames.
-    if _sorted_pieces(at_keys, at_ts) <= SEQUENTIAL_PIECES:
-        qout = order
-    else:
-        qout = np.arange(len(qts), dtype=np.int64)
+    in_place = len(starts) <= SEQUENTIAL_PIECES
+    qout = order if in_place else np.arange(len(qts), dtype=np.int64)
     return Plan(qts, qout, qoff, group_keys, segs, capacity, order)
 
 
 SEQUENTIAL_PIECES = 4
-"""The most sorted pieces of queries whose outputs `plan` has written in place."""
+"""The most sorted pieces of queries whose outputs `plan` has written in place (and
+orders by merging them)."""
+
+_NO_VALUES = pa.nulls(0, pa.float64())
+"""The values of the query pieces given to ``merge`` (it reads keys and times only)."""
+_EARLIEST = int(np.iinfo(np.int64).min)
+"""``merge``'s cut that keeps every query."""
 
 
-def _sorted_pieces(keys: np.ndarray, ts: np.ndarray) -> int:
-    """How many pieces, each sorted by (key, t), the queries come in, in their order."""
+def _piece_starts(keys: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Where each of the pieces, each sorted by (key, t), that the queries come in starts
+    (none for no queries)."""
     if len(keys) < 2:
-        return 1
+        return np.zeros(len(keys), dtype=np.int64)
     down = (keys[1:] < keys[:-1]) | ((keys[1:] == keys[:-1]) & (ts[1:] < ts[:-1]))
-    return int(np.count_nonzero(down)) + 1
+    return np.concatenate([[0], np.flatnonzero(down) + 1]).astype(np.int64)
 
 
 def _search(
