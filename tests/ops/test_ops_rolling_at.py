@@ -115,7 +115,9 @@ def test_queries_in_sorted_pieces_match_duckdb(
     expected = oracle_at(keys, data, at_keys, at_ts, 50, ALL)
     for agg in ALL:
         assert_matches(got[f"{agg}_50"], expected[agg], agg)
-    no_segments = lambda run_keys, group: np.zeros((len(group), 2), np.int64)  # noqa: E731
+    def no_segments(run_keys: np.ndarray, group: np.ndarray) -> np.ndarray:
+        return np.zeros((len(group), 2), np.int64)
+
     parsed = [_query.Run(k, t, v) for k, t, v in runs]
     plan = _query.plan(parsed, at_keys, at_ts, no_segments, current().backend.merge_runs)
     points = list(zip(at_keys.tolist(), at_ts.tolist(), strict=True))
