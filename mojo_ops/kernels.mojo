@@ -44,6 +44,7 @@ from featureflow_kernels import (
     stamps,
     json_flat as flat,
     byte_rows,
+    digits,
     hash_payloads as payloads,
 )
 
@@ -336,6 +337,22 @@ def join_rows(desc: PythonObject) raises -> PythonObject:
     return PythonObject(size)
 
 
+def ascii_decimal(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var n: Int
+    with GILReleased(Python()):
+        n = digits.ascii_decimal(d)
+    return PythonObject(n)
+
+
+def varint(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var n: Int
+    with GILReleased(Python()):
+        n = digits.varint(d)
+    return PythonObject(n)
+
+
 def hash_payloads(desc: PythonObject) raises -> PythonObject:
     var d = _desc(desc)
     var size: Int
@@ -422,6 +439,10 @@ def PyInit_kernels() abi("C") -> PythonObject:
         m.def_function[join_rows](
             "join_rows", docstring="Byte strings joined row by row; see byte_rows.mojo."
         )
+        m.def_function[ascii_decimal](
+            "ascii_decimal", docstring="Integers as ASCII decimal digits; see digits.mojo."
+        )
+        m.def_function[varint]("varint", docstring="Integers as protobuf varints; see digits.mojo.")
         m.def_function[hash_payloads](
             "hash_payloads", docstring="Redis RESTORE payloads; see hash_payloads.mojo."
         )

@@ -11,7 +11,6 @@ from feast.protos.feast.types.EntityKey_pb2 import EntityKey as EntityKeyProto
 from feast.protos.feast.types.Value_pb2 import Value as ValueProto
 from feast.type_map import python_values_to_proto_values
 from feast.value_type import ValueType
-from google.protobuf.internal.encoder import _VarintBytes
 from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -20,8 +19,6 @@ from online_helpers import FEATURES
 from featureflow.online import _bytes as B
 from featureflow.online import encoding as E
 from featureflow.schema import arrowmap, typemap
-
-_I64 = st.integers(-(2**63), 2**63 - 1)
 
 
 @given(
@@ -44,33 +41,16 @@ def test_take_gathers_rows_and_empties_absent_ones(
     assert B.take(packed, index).to_pylist() == [rows[i] for i, _ in picks]
 
 
-@given(st.lists(_I64, max_size=50))
-def test_varint_is_protobufs(values: list[int]) -> None:
-    packed = B.concat([B.varint(np.array(values, dtype=np.int64))])
-    expected = [_VarintBytes(v if v >= 0 else v + 2**64) for v in values]
-    assert packed.to_pylist() == expected
-
-
-_NEAR_POWERS_OF_TEN = st.integers(0, 18).flatmap(
-    lambda k: st.integers(max(0, 10**k - 2), min(10**k + 1, 2**63 - 1)))
-
-
-@given(st.lists(st.one_of(st.integers(0, 2**63 - 1), _NEAR_POWERS_OF_TEN), max_size=50))
-def test_ascii_decimal(values: list[int]) -> None:
-    packed = B.concat([B.ascii_decimal(np.array(values, dtype=np.int64))])
-    assert packed.to_pylist() == [str(v).encode() for v in values]
-
-
 @given(st.lists(st.one_of(st.binary(max_size=5), st.none()), min_size=1, max_size=20),
        st.lists(st.binary(max_size=3), min_size=1, max_size=1))
-def test_concat_and_mask_rows(values: list[bytes | None], const: list[bytes]) -> None:
+def test_concat_and_where(values: list[bytes | None], const: list[bytes]) -> None:
     arr = pa.array(values, pa.binary())
     n = len(values)
     packed = B.concat([B.const(const[0], n), B.from_arrow(arr), B.const(b"!", n)])
     expected = [const[0] + (v or b"") + b"!" for v in values]
     assert packed.to_pylist() == expected
     keep = np.array([v is not None for v in values])
-    assert B.mask_rows(packed, keep).to_pylist() == [
+    assert packed.where(keep).to_pylist() == [
         e if k else b"" for e, k in zip(expected, keep, strict=True)]
 
 

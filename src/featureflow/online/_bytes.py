@@ -89,6 +89,15 @@ class Packed:
         """Rows ``start:stop`` (a view)."""
         return Packed(self.data, self.offsets[start : stop + 1])
 
+    def where(self, keep: npt.NDArray[np.bool_]) -> Packed:
+        """The same rows with those where ``keep`` is false made empty (their bytes
+        dropped: one copy of the kept ones)."""
+        lengths = self.lengths()
+        data = self.data[int(self.offsets[0]) : int(self.offsets[-1])]
+        offsets = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.where(keep, lengths, 0), out=offsets[1:])
+        return Packed(data[np.repeat(keep, lengths)], offsets)
+
     def to_arrow(self) -> pa.Array:
         """The rows as an Arrow ``large_binary`` array (no copy of the bytes)."""
         return pa.Array.from_buffers(
@@ -121,39 +130,12 @@ def u32_le(values: npt.ArrayLike) -> Cells:
 
 def varint(values: npt.NDArray[np.integer]) -> Cells:
     """Protobuf base-128 varints; negative numbers take 10 bytes (two's complement)."""
-    u = np.ascontiguousarray(values).astype(np.int64, copy=False).view(np.uint64)
-    n = u.shape[0]
-    matrix = np.empty((n, 10), dtype=np.uint8)
-    lengths = np.ones(n, dtype=np.int64)
-    rest = u.copy()
-    for k in range(10):
-        matrix[:, k] = (rest & np.uint64(0x7F)).astype(np.uint8)
-        rest >>= np.uint64(7)
-        more = rest != 0
-        lengths += more
-        matrix[:, k] |= more.astype(np.uint8) << np.uint8(7)
-    return Cells(matrix, lengths)
-
-
-_POWERS_OF_TEN = 10 ** np.arange(19, dtype=np.int64)
-"""10^0 .. 10^18: every power of ten an ``int64`` holds."""
+    return Cells(*ops.varint(values))
 
 
 def ascii_decimal(values: npt.NDArray[np.integer]) -> Cells:
-    """Non-negative integers (any ``int64``) as ASCII decimal digits (RESP lengths).
-
-    The digit counts come from integer comparisons with the powers of ten (a float
-    ``log10`` rounds 999,999,999,999,999 up to 15 and gave it a leading zero)."""
-    v = np.ascontiguousarray(values, dtype=np.int64)
-    n = v.shape[0]
-    digits = np.maximum(np.searchsorted(_POWERS_OF_TEN, v, side="right"), 1)
-    width = int(digits.max()) if n else 1
-    matrix = np.empty((n, width), dtype=np.uint8)
-    for k in range(width):
-        # position k (from the left) holds digit number digits-1-k (from the right)
-        power = _POWERS_OF_TEN[np.maximum(digits - 1 - k, 0)]
-        matrix[:, k] = (v // power) % 10 + ord("0")
-    return Cells(matrix, digits)
+    """Non-negative integers (any ``int64``) as ASCII decimal digits (RESP lengths)."""
+    return Cells(*ops.ascii_decimal(values))
 
 
 _FOUR_DIGITS = np.array([b"%04d" % i for i in range(10_000)], dtype="S4").view(np.uint8).reshape(
@@ -333,18 +315,6 @@ def _arrow_rows(part: Cells | Packed, n: int) -> pa.Array | pa.Scalar:
     np.cumsum(part.lengths, out=offsets[1:])
     inside = np.arange(part.width)[None, :] < part.lengths[:, None]
     return Packed(matrix[inside], offsets).to_arrow()
-
-
-def mask_rows(packed: Packed, keep: npt.NDArray[np.bool_]) -> Packed:
-    """The same rows with those where ``keep`` is false made empty."""
-    lengths = packed.lengths()
-    start = int(packed.offsets[0])
-    data = packed.data[start : int(packed.offsets[-1])]
-    new_lengths = np.where(keep, lengths, 0)
-    offsets = np.zeros(packed.n + 1, dtype=np.int64)
-    np.cumsum(new_lengths, out=offsets[1:])
-    return Packed(data[np.repeat(keep, lengths)], offsets)
-
 
 
 def select_rows(packed: Packed, keep: npt.NDArray[np.bool_]) -> bytes:

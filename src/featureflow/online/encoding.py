@@ -175,7 +175,7 @@ def value_parts(arr: pa.Array, value_type: ValueType) -> list[B.Cells | B.Packed
         msg = f"featureflow cannot encode Feast type {value_type.name}"
         raise OnlineStoreError(msg)
     if missing.any():
-        return [B.mask_rows(B.concat(parts), ~missing)]
+        return [part.where(~missing) for part in parts]  # a matrix part: lengths only
     return parts
 
 

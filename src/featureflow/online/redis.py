@@ -964,10 +964,11 @@ def _time_args(seconds: npt.NDArray[np.int64], nanos: npt.NDArray[np.int64],
     n, views = seconds.shape
     parts: list[B.Cells | B.Packed] = []
     for v in range(views):
-        sec = seconds[:, v]
-        signed = B.concat([B.const(b"-", n).where(sec < 0), B.ascii_decimal(np.abs(sec))])
-        parts += [*_bulk([B.mask_rows(signed, present[:, v])]),
-                  *_bulk([B.ascii_decimal(nanos[:, v])])]
+        sec, here = seconds[:, v], present[:, v]
+        # the sign and the digits are one bulk string's two parts (no join, no byte mask)
+        minus = B.const(b"-", n).where((sec < 0) & here)
+        signed: list[B.Cells | B.Packed] = [minus, B.ascii_decimal(np.abs(sec)).where(here)]
+        parts += [*_bulk(signed), *_bulk([B.ascii_decimal(nanos[:, v])])]
     return B.concat(parts)
 
 

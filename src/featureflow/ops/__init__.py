@@ -35,6 +35,7 @@ __all__ = [
     "InitialRecords",
     "KeyedRows",
     "Spliced",
+    "ascii_decimal",
     "backend",
     "backend_reason",
     "crc64_rows",
@@ -54,6 +55,7 @@ __all__ = [
     "sort_run",
     "splice_records",
     "stamp_micros",
+    "varint",
 ]
 
 
@@ -351,6 +353,37 @@ def stamp_micros(stamps: pa.Array, max_millis: int) -> tuple[np.ndarray, np.ndar
         msg = f"timestamp texts must be Arrow string, not {stamps.type}"
         raise TypeError(msg)
     return _backend.current().backend.stamp_micros(stamps, int(max_millis))
+
+
+def ascii_decimal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Non-negative integers as ASCII decimal digits (``12`` is ``b"12"``; 0 is ``b"0"``).
+
+    Args:
+        values: integers, each 0 <= v < 2**63 (read as int64).
+    Returns:
+        (matrix, lengths): uint8 ``(n, width)`` with row ``i``'s digits left-aligned, and
+        the int64 digit count of each row (``width`` is the longest). One pass on the Mojo
+        backend (the GIL released), one numpy pass per digit on numpy's.
+    Raises:
+        ValueError: a value is negative.
+    """
+    v = np.ascontiguousarray(values, dtype=np.int64)
+    return _backend.current().backend.ascii_decimal(v)
+
+
+def varint(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Integers as protobuf base-128 varints (low 7-bit groups first, the high bit set on
+    every byte but the last); a negative value is its 64-bit two's complement, 10 bytes.
+
+    Args:
+        values: integers (read as int64).
+    Returns:
+        (matrix, lengths): uint8 ``(n, 10)`` with row ``i``'s bytes left-aligned, and the
+        int64 byte count of each row. One pass on the Mojo backend (the GIL released),
+        one numpy pass per 7 bits on numpy's.
+    """
+    v = np.ascontiguousarray(values, dtype=np.int64)
+    return _backend.current().backend.varint(v)
 
 
 def join_rows(parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:

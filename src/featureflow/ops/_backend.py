@@ -80,6 +80,15 @@ class Backend(Protocol):
         """Per timestamp text: epoch µs (int64, 0 where unknown) and whether it was read."""
         ...
 
+    def ascii_decimal(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Non-negative int64s (contiguous) as ASCII decimal digits: (uint8 matrix, int64
+        lengths), each row's bytes left-aligned. See :func:`featureflow.ops.ascii_decimal`."""
+        ...
+
+    def varint(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Int64s (contiguous) as protobuf varints, laid out as :meth:`ascii_decimal`."""
+        ...
+
     def join_rows(self, parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Row ``i`` of the result is row ``i`` of each part, in order, as (bytes, int64
         offsets); None where the backend has no such pass (the caller joins)."""

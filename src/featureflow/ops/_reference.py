@@ -238,6 +238,16 @@ class ReferenceBackend:
 
         return stamp_micros(stamps, max_millis)
 
+    def ascii_decimal(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from featureflow.ops._digits import ascii_decimal
+
+        return ascii_decimal(values)
+
+    def varint(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from featureflow.ops._digits import varint
+
+        return varint(values)
+
     def join_rows(self, parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
         """No row join here: the caller's (Arrow's ``binary_join_element_wise``) runs."""
         return None

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from featureflow.ops._byte_rows import ByteRows
 from featureflow.ops._checksums import SLICING_TABLES
+from featureflow.ops._digits import VARINT_WIDTH
 from featureflow.ops._flat_json import KIND_CODES, FlatColumn, FlatField, FlatRead
 from featureflow.ops._inputs import VALUE_TYPES, Series
 from featureflow.ops._mojo import descriptor, planning, threads
@@ -435,6 +436,28 @@ class NativeBackend:
         ]  # fmt: skip
         self._call("stamp_micros", words)
         return micros, known.view(np.bool_)
+
+    def ascii_decimal(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One pass over the values (digits.mojo), the GIL released."""
+        n = values.shape[0]
+        width = len(str(int(values.max()))) if n else 1  # a negative max: the kernel raises
+        matrix = np.empty((n, width), dtype=np.uint8)
+        lengths = np.empty(n, dtype=np.int64)
+        if n:
+            words = [n, int(values.ctypes.data), int(matrix.ctypes.data), width,
+                     int(lengths.ctypes.data)]  # fmt: skip
+            self._call("ascii_decimal", words)
+        return matrix, lengths
+
+    def varint(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One pass over the values (digits.mojo), the GIL released."""
+        n = values.shape[0]
+        matrix = np.empty((n, VARINT_WIDTH), dtype=np.uint8)
+        lengths = np.empty(n, dtype=np.int64)
+        if n:
+            words = [n, int(values.ctypes.data), int(matrix.ctypes.data), int(lengths.ctypes.data)]
+            self._call("varint", words)
+        return matrix, lengths
 
     def join_rows(self, parts: list[ByteRows], n: int) -> tuple[np.ndarray, np.ndarray] | None:
         """One pass over the rows (byte_rows.mojo), the GIL released."""
