@@ -44,6 +44,7 @@ from featureflow_kernels import (
     stamps,
     json_flat as flat,
     byte_rows,
+    chunks,
     digits,
     hash_payloads as payloads,
 )
@@ -337,6 +338,14 @@ def join_rows(desc: PythonObject) raises -> PythonObject:
     return PythonObject(size)
 
 
+def gather_chunks(desc: PythonObject) raises -> PythonObject:
+    var d = _desc(desc)
+    var n: Int
+    with GILReleased(Python()):
+        n = chunks.gather_chunks(d)
+    return PythonObject(n)
+
+
 def ascii_decimal(desc: PythonObject) raises -> PythonObject:
     var d = _desc(desc)
     var n: Int
@@ -438,6 +447,9 @@ def PyInit_kernels() abi("C") -> PythonObject:
         )
         m.def_function[join_rows](
             "join_rows", docstring="Byte strings joined row by row; see byte_rows.mojo."
+        )
+        m.def_function[gather_chunks](
+            "gather_chunks", docstring="Rows of several chunks of a column; see chunks.mojo."
         )
         m.def_function[ascii_decimal](
             "ascii_decimal", docstring="Integers as ASCII decimal digits; see digits.mojo."

@@ -74,15 +74,20 @@ def take_rows(runs: list[pa.Table], rows: np.ndarray) -> pa.Table:
     """Rows ``rows`` (int64 indices into the runs' concatenation) of ``runs`` (one
     schema) as a one-chunk table.
 
-    Column by column (each run's column joined, then taken): a whole-table ``take``
-    of chunked columns is several times slower, and this holds one joined column at
-    a time beside the output."""
+    Column by column: a fixed-width column gathered straight from the runs' chunks
+    (:func:`featureflow.ops.gather_chunks`), any other joined, then taken. A
+    whole-table ``take`` of chunked columns is several times slower, and this holds at
+    most one joined column at a time beside the output."""
     indices = pa.array(rows)
     columns = []
     for name in runs[0].column_names:
         chunks = [chunk for run in runs for chunk in run.column(name).chunks]
         if not chunks:
             chunks = [pa.array([], runs[0].schema.field(name).type)]
+        gathered = ops.gather_chunks(chunks, rows)  # fixed-width: no joined copy first
+        if gathered is not None:
+            columns.append(gathered)
+            continue
         joined = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
         columns.append(joined.take(indices))
         del joined

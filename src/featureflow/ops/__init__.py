@@ -40,6 +40,7 @@ __all__ = [
     "backend_reason",
     "crc64_rows",
     "describe",
+    "gather_chunks",
     "gather_runs",
     "hash_payloads",
     "hopping",
@@ -353,6 +354,26 @@ def stamp_micros(stamps: pa.Array, max_millis: int) -> tuple[np.ndarray, np.ndar
         msg = f"timestamp texts must be Arrow string, not {stamps.type}"
         raise TypeError(msg)
     return _backend.current().backend.stamp_micros(stamps, int(max_millis))
+
+
+def gather_chunks(chunks: list[pa.Array], rows: np.ndarray) -> pa.Array | None:
+    """Rows ``rows`` of the chunks' concatenation, as ``pa.concat_arrays(chunks).take(rows)``
+    gives them, without the concatenation: one pass over the chunks' buffers.
+
+    Args:
+        chunks: arrays of one fixed-width type (nulls and offsets allowed), at least one.
+        rows: int indices into their concatenation (each in range; repeats allowed).
+    Returns:
+        The gathered array, or None on the numpy backend, and on the Mojo one for a type
+        that is not a 1, 2, 4 or 8 byte primitive: the caller takes with Arrow.
+    Raises:
+        ValueError: an index is outside the chunks.
+    """
+    if not chunks or any(chunk.type != chunks[0].type for chunk in chunks):
+        msg = f"chunks: expected arrays of one type, got {[str(c.type) for c in chunks]}"
+        raise ValueError(msg)
+    order = np.ascontiguousarray(rows, dtype=np.int64)
+    return _backend.current().backend.gather_chunks(list(chunks), order)
 
 
 def ascii_decimal(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

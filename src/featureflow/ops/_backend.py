@@ -80,6 +80,13 @@ class Backend(Protocol):
         """Per timestamp text: epoch µs (int64, 0 where unknown) and whether it was read."""
         ...
 
+    def gather_chunks(self, chunks: list[pa.Array], rows: np.ndarray) -> pa.Array | None:
+        """Rows ``rows`` (int64, contiguous) of the chunks' concatenation, in one pass
+        over the chunks' buffers; None where the backend has no such pass or the type is
+        not fixed-width (the caller joins the chunks and takes). See
+        :func:`featureflow.ops.gather_chunks`."""
+        ...
+
     def ascii_decimal(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Non-negative int64s (contiguous) as ASCII decimal digits: (uint8 matrix, int64
         lengths), each row's bytes left-aligned. See :func:`featureflow.ops.ascii_decimal`."""

@@ -238,6 +238,10 @@ class ReferenceBackend:
 
         return stamp_micros(stamps, max_millis)
 
+    def gather_chunks(self, chunks: list[pa.Array], rows: np.ndarray) -> pa.Array | None:
+        """No chunk gather here: the caller's (Arrow's concat and take) runs."""
+        return None
+
     def ascii_decimal(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from featureflow.ops._digits import ascii_decimal
 

@@ -437,6 +437,32 @@ class NativeBackend:
         self._call("stamp_micros", words)
         return micros, known.view(np.bool_)
 
+    def gather_chunks(self, chunks: list[pa.Array], rows: np.ndarray) -> pa.Array | None:
+        """One pass over the rows (chunks.mojo), the GIL released; None for a type that
+        is not 1, 2, 4 or 8 bytes wide (booleans are bits)."""
+        kind = chunks[0].type
+        if not pa.types.is_primitive(kind) or pa.types.is_boolean(kind):
+            return None
+        width = kind.byte_width
+        if width not in (1, 2, 4, 8):
+            return None
+        n = len(rows)
+        starts = np.cumsum([0, *map(len, chunks)], dtype=np.int64)
+        data = pa.allocate_buffer(n * width)
+        nullable = any(chunk.null_count for chunk in chunks)
+        validity = pa.allocate_buffer((n + 7) // 8) if nullable else None
+        if validity is not None:
+            np.frombuffer(validity, dtype=np.uint8)[:] = 0
+        words = [n, int(rows.ctypes.data), len(chunks), int(starts[-1]), width, data.address,
+                 0 if validity is None else validity.address]  # fmt: skip
+        for start, chunk in zip(starts, chunks, strict=False):
+            valid = descriptor.address(chunk, 0) if chunk.null_count else 0
+            words += [int(start), descriptor.address(chunk, 1) + chunk.offset * width, valid,
+                      chunk.offset]  # fmt: skip
+        if n:
+            self._call("gather_chunks", words)
+        return pa.Array.from_buffers(kind, n, [validity, data])
+
     def ascii_decimal(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One pass over the values (digits.mojo), the GIL released."""
         n = values.shape[0]
