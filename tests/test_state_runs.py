@@ -201,3 +201,26 @@ def test_take_rows_equals_a_take_of_the_concatenation(
     got = state_runs.take_rows(tables, rows)
     assert got.equals(pa.concat_tables(tables).take(pa.array(rows)).combine_chunks())
     assert all(column.num_chunks <= 1 for column in got.columns)
+
+
+def test_the_stale_share_of_a_large_run_is_estimated_and_a_wholly_stale_one_confirmed() -> None:
+    """Runs larger than the sample: one wholly before the cut is dropped, one mostly
+    before it rewritten without those rows, one barely before it kept as it is; a run
+    whose rows all lie before the cut but one is not dropped: that row stays."""
+    n = 10 * state_runs.STALE_SAMPLE
+    keys = np.repeat(np.arange(n // 10), 10)
+    ts = np.tile(np.arange(10), n // 10) * 100  # each key: times 0, 100, ..., 900
+
+    def run(times: np.ndarray) -> pa.Table:
+        return pa.table({"user_id": keys, "event_ns": times, "amount": np.ones(n)})
+
+    assert state_runs.compact([run(ts)], "user_id", 1_000) == []
+    mostly = state_runs.compact([run(ts)], "user_id", 500)  # half of the rows stale
+    assert len(mostly) == 1 and mostly[0].num_rows == n // 2
+    assert int(pc.min(mostly[0].column("event_ns")).as_py()) == 500
+    barely = run(ts)
+    assert state_runs.compact([barely], "user_id", 100) == [barely]  # 10 %: left alone
+    one_left = ts.copy()
+    one_left[10 * (n // 30) + 9] = 5_000  # a key's latest row after the cut: it stays
+    kept = state_runs.compact([run(one_left)], "user_id", 1_000)
+    assert [t.num_rows for t in kept] == [1]
