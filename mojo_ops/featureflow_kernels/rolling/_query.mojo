@@ -43,7 +43,7 @@ from featureflow_kernels.rolling._resume import (
 )
 
 
-comptime QUERY_WORDS = 16
+comptime QUERY_WORDS = 17
 """Call words before the per-run words (see `rolling_query`)."""
 comptime RUN_WORDS = 4
 """Words per run: ts addr, values addr, validity addr (0: none), validity bit offset."""
@@ -69,6 +69,7 @@ struct QueryCall(Copyable, Movable):
     var frames_out: Int
     var clip: Int
     var new_run: Int
+    var frames_rows: I64P
 
 
 def read_query_call(d: I64P) -> QueryCall:
@@ -89,6 +90,7 @@ def read_query_call(d: I64P) -> QueryCall:
         Int(d[unsafe_offset=13]),
         Int(d[unsafe_offset=14]),
         Int(d[unsafe_offset=15]),
+        i64p(Int(d[unsafe_offset=16])),
     )
 
 
@@ -190,17 +192,18 @@ struct QueryRuns(Movable):
 
 def resume(
     mut runs: QueryRuns, c: QueryCall, g: Int, s: Sliding, mts: I64P, mv: F64P,
-    q0: Int, q1: Int, width: Int, fin: Int, fout: Int, fat: Int,
+    q0: Int, q1: Int, width: Int, fin: Int, fin_at: Int, fout: Int, fout_at: Int,
 ) raises -> Bool:  # fmt: skip
-    """Key g's window w from its frame state (`rolling/_resume`): the outputs of its
-    queries q0..q1 and, with `fout`, its new state. False: the window is to walk."""
+    """Key g's window w from its frame state (`rolling/_resume`; words `fin_at`.. of
+    `fin`): the outputs of its queries q0..q1 and, with `fout`, its new state (words
+    `fout_at`..). False: the window is to walk."""
     var first_q = Int(c.qts[unsafe_offset=q0])
     var last_t = Int(c.qts[unsafe_offset=q1 - 1])
     if runs.last_ts(g) > last_t:
         return False  # rows after the last query: no state could hold them
-    var t_last = FrameState.t_last(fin, fat)
-    var low = FrameState.low(fin, fat)
-    var st = FrameState.load(fin, fat)
+    var t_last = FrameState.t_last(fin, fin_at)
+    var low = FrameState.low(fin, fin_at)
+    var st = FrameState.load(fin, fin_at)
     var deques = fin  # the state's deque entries, while they describe its rows
     var t0 = t_last
     var lower0 = low
@@ -212,7 +215,7 @@ def resume(
         t0 = min(first_q, first_new) - 1
         deques = 0
         lower0 = frame_lower(t0, width, c.hop)
-        if lower0 < FrameState.clip(fin, fat):
+        if lower0 < FrameState.clip(fin, fin_at):
             return False  # rows before the state's clip may have left the runs
         if t0 < low:
             st = FrameState.empty()  # every row the state holds is after t0
@@ -234,11 +237,11 @@ def resume(
     var n = runs.merge(g, t0 + 1, last_t, mts, mv, n_leaving, c.capacity)
     if not resume_window(
         s, mts, mv, n_leaving, n, st, c.qts, c.qout, q0, q1, width, c.hop, keep_from,
-        deques, fat, fout,
+        deques, fin_at, fout, fout_at,
     ):  # fmt: skip
         return False
     if fout != 0:
-        st.write(fout, fat, last_t, keep_from, c.clip)
+        st.write(fout, fout_at, last_t, keep_from, c.clip)
     return True
 
 
@@ -251,10 +254,12 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
     9 query offsets per key (int64, G + 1), 10 segments (int64, G * R * 2: key
     g's rows in run r are [segs[2(gR + r)], segs[2(gR + r) + 1])), 11 scratch
     capacity in rows (>= the rows a key's segments hold, over all runs), 12 frame
-    states to resume (int64, G * windows * `FRAME_WORDS`, key-major; 0: none),
-    13 frame states to write (the same shape; 0: none), 14 clip (ns: the states
-    written hold no row before it), 15 the run holding the rows added since the
-    states to resume were written (-1: none; the others held the rest); then
+    states to resume (int64, rows * windows * `FRAME_WORDS`, row-major; 0: none),
+    13 frame states to write (int64, G * windows * `FRAME_WORDS`, key-major; 0:
+    none), 14 clip (ns: the states written hold no row before it), 15 the run
+    holding the rows added since the states to resume were written (-1: none; the
+    others held the rest), 16 each key's row of the states to resume (int64, G; -1:
+    none; read only with word 12 set: the held states are read where they lie); then
     `RUN_WORDS` a run; then the widths (ns);
     then 4 words an output column (window-major). `scratch` addresses
     `query_scratch_bytes(capacity)` bytes.
@@ -298,8 +303,10 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
             var width = Int(widths[unsafe_offset=w])
             var fat = (g * c.nwin + w) * FRAME_WORDS
             walk[w] = True
-            if can_resume and FrameState.is_valid(fin, fat):
-                if resume(runs, c, g, slides[w], mts, mv, q0, q1, width, fin, fout, fat):
+            var held = Int(c.frames_rows[unsafe_offset=g]) if can_resume else -1
+            var fin_at = (held * c.nwin + w) * FRAME_WORDS
+            if held >= 0 and FrameState.is_valid(fin, fin_at):
+                if resume(runs, c, g, slides[w], mts, mv, q0, q1, width, fin, fin_at, fout, fat):
                     walk[w] = False
                     continue
                 clear_rows(slides[w].cols, c.qout, q0, q1)

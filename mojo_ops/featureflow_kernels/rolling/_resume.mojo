@@ -499,8 +499,9 @@ def resume_window(
     hop: Int,
     keep_from: Int,
     deques: Int,
-    fat: Int,
+    deques_at: Int,
     fout: Int,
+    fout_at: Int,
 ) -> Bool:
     """Resume one window's frame state over a key's queries q0..q1 (sorted by t).
 
@@ -512,14 +513,15 @@ def resume_window(
             last query, in ts order.
         st: the state; on return (True) the clipped final frame's, to be written.
         keep_from: where the final frame is clipped (ns): max(its low end, clip).
-        deques: the states holding the state's deque entries at words `fat`.. (0: they
-            do not describe its rows); fout: where the final deques go (0: nowhere).
+        deques: the states holding the state's deque entries at words `deques_at`..
+            (0: they do not describe its rows); fout: the states where the final deques
+            go, at words `fout_at`.. (0: nowhere).
     Returns:
         False when a min or max is unknown where it is needed (a row holding the
         state's left while others of the state stay): the outputs of q0..q1 written
         so far are then to be written again by the walk.
     """
-    var ex = Extremes(st.count(), s, deques, fat)
+    var ex = Extremes(st.count(), s, deques, deques_at)
     var lo = 0
     var hi = n_leaving
     for q in range(q0, q1):
@@ -566,13 +568,22 @@ def resume_window(
         var t_max = True
         if s.need_min:
             (n_min, t_min) = write_entries(
-                fout, fat, False, ex.old_min, ex.old_left, ex.qmin, ex.qmin_h, ex.qmin_t, mts, mv
+                fout,
+                fout_at,
+                False,
+                ex.old_min,
+                ex.old_left,
+                ex.qmin,
+                ex.qmin_h,
+                ex.qmin_t,
+                mts,
+                mv,
             )
         if s.need_max:
             (n_max, t_max) = write_entries(
-                fout, fat, True, ex.old_max, ex.old_left, ex.qmax, ex.qmax_h, ex.qmax_t, mts, mv
+                fout, fout_at, True, ex.old_max, ex.old_left, ex.qmax, ex.qmax_h, ex.qmax_t, mts, mv
             )
-        write_counts(fout, fat, n_min, t_min, n_max, t_max)
+        write_counts(fout, fout_at, n_min, t_min, n_max, t_max)
     return True
 
 

@@ -269,7 +269,8 @@ def rolling_at_resuming(
     keep = clip_ns is not None and set(names) <= _query.RESUMABLE_AGGS
     shape = (len(plan.group_keys), len(window_ns), getattr(impl, "frame_words", 0))
     resume = frames if frames is not None and frames.signature == signature else None
-    frames_in = None if resume is None or not keep else resume.for_keys(plan.group_keys)
+    frames_in = None if resume is None or not keep else (
+        np.ascontiguousarray(resume.words), resume.rows_for(plan.group_keys))
     frames_out = np.zeros(shape, dtype=np.int64) if keep and shape[2] else None
     values = [r.values for r in parsed]
     kept: list[bool] = []

@@ -47,13 +47,14 @@ class Backend(Protocol):
         hop: int | None,
         aggs: list[str],
         columns: list[OutputColumn],
-        frames_in: np.ndarray | None = None,
+        frames_in: tuple[np.ndarray, np.ndarray] | None = None,
         frames_out: np.ndarray | None = None,
         clip_ns: int = 0,
         added_run: int | None = None,
     ) -> bool:
-        """Frames at query points; resumes ``frames_in`` (per plan group and window,
-        see `_query.FrameStates`) where it can and writes the final frames' states,
+        """Frames at query points; resumes ``frames_in`` (held states, per row and
+        window, and each plan group's row of them, -1 none; `_query.FrameStates`
+        ``words`` and ``rows_for``) where it can and writes the final frames' states,
         clipped to ``clip_ns``, to ``frames_out``; ``added_run``: the run holding the rows
         added since ``frames_in`` were written. Returns whether it wrote them."""
         ...

@@ -215,7 +215,7 @@ class ReferenceBackend:
         hop: int | None,
         aggs: list[str],
         columns: list[OutputColumn],
-        frames_in: np.ndarray | None = None,
+        frames_in: tuple[np.ndarray, np.ndarray] | None = None,
         frames_out: np.ndarray | None = None,
         clip_ns: int = 0,
         added_run: int | None = None,

@@ -209,31 +209,44 @@ class NativeBackend:
         hop: int | None,
         aggs: list[str],
         columns: list[OutputColumn],
-        frames_in: np.ndarray | None = None,
+        frames_in: tuple[np.ndarray, np.ndarray] | None = None,
         frames_out: np.ndarray | None = None,
         clip_ns: int = 0,
         added_run: int | None = None,
     ) -> bool:
         """Frames at query points over runs (rolling/_query.mojo), resuming the frame
         states of ``frames_in`` and writing the new ones to ``frames_out``
-        (``(groups, windows, frame_words)`` int64, C-contiguous; rolling/_resume.mojo);
-        ``added_run``: the run of the rows added since ``frames_in`` were written."""
+        (``(groups, windows, frame_words)`` int64, C-contiguous; rolling/_resume.mojo).
+        ``frames_in``: held states (``(rows, windows, frame_words)``, read in place) and
+        each group key's row of them (int64, -1: none). ``added_run``: the run of the
+        rows added since ``frames_in`` were written."""
         if plan.nq == 0:
             return frames_out is not None  # no key: no state
-        shape = (len(plan.group_keys), len(windows), self.frame_words)
-        for name, frames in (("frames_in", frames_in), ("frames_out", frames_out)):
+        groups = len(plan.group_keys)
+        shape = (groups, len(windows), self.frame_words)
+        held, rows = frames_in if frames_in is not None else (None, None)
+        for name, frames, want in (("frames_in", held, shape[1:]),
+                                   ("frames_out", frames_out, shape)):  # fmt: skip
+            got = None if frames is None else (frames.shape if want == shape else frames.shape[1:])
             if frames is not None and (
-                frames.shape != shape or frames.dtype != np.int64 or not frames.flags.c_contiguous
+                got != want or frames.dtype != np.int64 or not frames.flags.c_contiguous
             ):
-                msg = f"{name}: expected a C-contiguous int64 array of shape {shape}"
+                msg = f"{name}: expected a C-contiguous int64 array of shape {want} a row"
                 raise ValueError(msg)
+        if held is not None and rows is not None and (
+            rows.shape != (groups,) or rows.dtype != np.int64 or not rows.flags.c_contiguous
+            or (groups and int(rows.max()) >= len(held))
+        ):  # fmt: skip
+            msg = f"frames_in: expected {groups} int64 rows, each below {len(held)} or -1"
+            raise ValueError(msg)
         dtype = VALUE_TYPES[runs[0].values.type]
         words = [len(runs), len(plan.group_keys), plan.nq, len(windows), hop or 0, len(aggs)]
         words += [dtype, int(plan.qts.ctypes.data), int(plan.qout.ctypes.data)]
         words += [int(plan.qoff.ctypes.data), int(plan.segs.ctypes.data), plan.capacity]
-        words += [0 if frames_in is None else int(frames_in.ctypes.data)]
+        words += [0 if held is None else int(held.ctypes.data)]
         words += [0 if frames_out is None else int(frames_out.ctypes.data), int(clip_ns)]
         words += [-1 if added_run is None else added_run]
+        words += [0 if rows is None else int(rows.ctypes.data)]
         for run in runs:
             v = run.values
             words += [
