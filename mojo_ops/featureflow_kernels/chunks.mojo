@@ -31,7 +31,7 @@ def _gather[dt: DType](d: I64P) raises:
     var end = Int(d[unsafe_offset=HEAD_WORDS + CHUNK_WORDS]) if chunks > 1 else total
     for i in range(n):
         var g = Int(order[unsafe_offset=i])
-        if g < start or g >= end:  # another chunk: the merged order changes runs seldom
+        if g < start or g >= end:  # another chunk: a scan of the few chunks' starts
             if g < 0 or g >= total:
                 raise Error(String("ValueError: row ", i, " takes ", g, " of ", total))
             c = 0

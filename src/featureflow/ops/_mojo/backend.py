@@ -42,6 +42,11 @@ _SESSIONS_SLACK: Final = 1024
 """`resume_sessions`' room for sessions beyond its estimate (records)."""
 
 
+def _int64_array(array: np.ndarray, shape: tuple[int, ...]) -> bool:
+    """Whether ``array`` is C-contiguous int64 of ``shape``, as a kernel reads it."""
+    return array.shape == shape and array.dtype == np.int64 and array.flags.c_contiguous
+
+
 class NativeBackend:
     """The Mojo kernels behind the backend interface of `featureflow.ops._backend`."""
 
@@ -225,20 +230,18 @@ class NativeBackend:
         groups = len(plan.group_keys)
         shape = (groups, len(windows), self.frame_words)
         held, rows = frames_in if frames_in is not None else (None, None)
-        for name, frames, want in (("frames_in", held, shape[1:]),
-                                   ("frames_out", frames_out, shape)):  # fmt: skip
-            got = None if frames is None else (frames.shape if want == shape else frames.shape[1:])
-            if frames is not None and (
-                got != want or frames.dtype != np.int64 or not frames.flags.c_contiguous
-            ):
-                msg = f"{name}: expected a C-contiguous int64 array of shape {want} a row"
-                raise ValueError(msg)
-        if held is not None and rows is not None and (
-            rows.shape != (groups,) or rows.dtype != np.int64 or not rows.flags.c_contiguous
-            or (groups and int(rows.max()) >= len(held))
-        ):  # fmt: skip
-            msg = f"frames_in: expected {groups} int64 rows, each below {len(held)} or -1"
+        if frames_out is not None and not _int64_array(frames_out, shape):
+            msg = f"frames_out: expected a C-contiguous int64 array of shape {shape}"
             raise ValueError(msg)
+        if held is not None and rows is not None:
+            if not _int64_array(held, (len(held), *shape[1:])):
+                msg = f"frames_in: expected C-contiguous int64 states of shape (rows, {shape[1:]})"
+                raise ValueError(msg)
+            if not _int64_array(rows, (groups,)) or (
+                groups and not -1 <= int(rows.min()) <= int(rows.max()) < len(held)
+            ):
+                msg = f"frames_in: expected {groups} int64 rows, each -1 or below {len(held)}"
+                raise ValueError(msg)
         dtype = VALUE_TYPES[runs[0].values.type]
         words = [len(runs), len(plan.group_keys), plan.nq, len(windows), hop or 0, len(aggs)]
         words += [dtype, int(plan.qts.ctypes.data), int(plan.qout.ctypes.data)]
