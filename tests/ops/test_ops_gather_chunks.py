@@ -61,8 +61,9 @@ def test_types_not_fixed_width_are_left_to_arrow() -> None:
 
 def test_a_row_outside_the_chunks_is_refused() -> None:
     chunks = [pa.array([1.0, 2.0]), pa.array([3.0])]
-    if ops.backend() == "numpy":
-        pytest.skip("no gather on the numpy backend: Arrow's take refuses it")
+    if ops.backend() == "numpy":  # no gather there: the caller's Arrow take refuses it
+        assert ops.gather_chunks(chunks, np.array([0, 3])) is None
+        return
     with pytest.raises(ValueError, match="row 1 takes 3 of 3"):
         ops.gather_chunks(chunks, np.array([0, 3]))
 
