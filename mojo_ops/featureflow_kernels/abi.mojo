@@ -10,7 +10,7 @@ through the bindings (`kernels.mojo`), never recomputed there.
 
 from std.sys import get_defined_string
 
-comptime ABI_VERSION = 8
+comptime ABI_VERSION = 9
 """Bumped whenever a descriptor layout, a code or a kernel's arguments change;
 the Python loader refuses a library built with another one."""
 

@@ -104,11 +104,13 @@ def features_at_resuming(
     clip_ns: int | None = None,
     added_run: int | None = None,
     event_ns_column: str = "event_ns",
+    in_place: bool = False,
 ) -> tuple[pa.Table, dict[str, ops.FrameStates]]:
     """:func:`features_at`, resuming ``frames`` and keeping this call's frame states
     (clipped to ``clip_ns``; :func:`featureflow.ops.rolling_at_resuming`, whose
-    contract ``frames`` must meet). Returns the table and the states kept, per
-    column (none for a column whose states the backend does not keep)."""
+    contract ``frames`` must meet, as must ``in_place``'s). Returns the table and the
+    states kept, per column (none for a column whose states the backend does not
+    keep)."""
     if spec.is_session_view:
         msg = f"{spec.name!r} is a session view: use session_features()"
         raise ValueError(msg)
@@ -130,6 +132,7 @@ def features_at_resuming(
             frames=None if frames is None else frames.get(column),
             clip_ns=clip_ns,
             added_run=added_run,
+            in_place=in_place,
         )
         if states is not None:
             kept[column] = states

@@ -230,11 +230,17 @@ def _rolling_at_queries(
     at_keys = np.concatenate([new_keys, online]).astype(np.int64)
     at_ts = np.concatenate([new_ts, state_runs.latest_times(runs, key, online)])
     cut = _keep_from_ns(spec, watermark_ns)
+    delta = StateDelta(new, RUNS, cut=cut, key=key)
+    kept = delta.from_runs(runs)
+    # no row left the runs: the other entities' frames still hold only rows the runs
+    # have, so they stay resumable, and the batch's are written among them
+    all_stay = kept.num_rows == sum(run.num_rows for run in runs)
     # the new events are the last run (runs_with); each touched entity's last query is
     # at its latest event, as keeping its frame requires
     computed, kept_frames = features.features_at_resuming(
         runs, spec, at_keys, at_ts, frames=frames, clip_ns=cut,
         added_run=len(runs) - 1 if new.num_rows else None,
+        in_place=frames_owned and all_stay,
     )  # fmt: skip
     history = with_event_timestamp(computed.slice(0, new_rows), spec)
     latest = computed.slice(new_rows)
@@ -243,15 +249,9 @@ def _rolling_at_queries(
             pc.is_in(latest.column(key), pa.array(touched, latest.column(key).type))
         )
     rows = with_event_timestamp(latest, spec)
-    delta = StateDelta(new, RUNS, cut=cut, key=key)
-    kept = delta.from_runs(runs)
-    if frames and kept.num_rows == sum(run.num_rows for run in runs):
-        # no row left the runs: the other entities' frames still hold only rows the
-        # runs have, so they stay resumable
+    if frames and all_stay and not frames_owned:  # in place, they hold every key already
         kept_frames = {
-            column: frames[column].updated_by(states, in_place=frames_owned)
-            if column in frames
-            else states
+            column: frames[column].updated_by(states) if column in frames else states
             for column, states in kept_frames.items()
         }
     return StateStep(rows, history, kept, delta, frames=kept_frames or None)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ops_rolling import assert_matches
@@ -69,10 +68,12 @@ def prune(run: tuple, cut: int) -> tuple:
 
 def replay(
     batches: list[Batch], delay: int, windows: list[int], aggs: list[str], hop: int | None,
-    prune_runs: list[bool], spoil: bool = False,
+    prune_runs: list[bool], spoil: bool = False, in_place: bool = False,
 ) -> list[tuple[pa.Table, pa.Table]]:  # fmt: skip
     """Per batch: (resumed outputs, `rolling_at`'s outputs) over the same runs.
-    ``spoil``: resume each batch from states kept over other values."""
+    ``spoil``: resume each batch from states kept over other values. ``in_place``: as
+    the job does, the kernel writes the states into the held ones' array when no row
+    leaves the runs after the batch (else the batch's states are kept alone)."""
     runs: list[tuple] = []
     frames: ops.FrameStates | None = None
     mark = np.iinfo(np.int64).min // 2
@@ -90,9 +91,13 @@ def replay(
         cut = mark - max(windows)
         if hop:
             cut = cut // hop * hop
+        pruned = [prune(r, cut) if prune_runs[(b + i) % len(prune_runs)] else r
+                  for i, r in enumerate(runs)]  # fmt: skip
+        dropped = sum(len(r[1]) for r in pruned) < sum(len(r[1]) for r in runs)
+        placing = in_place and not dropped and frames is not None
         got, kept = ops.rolling_at_resuming(
             runs, windows, aggs, at_keys, at_ts, hop, frames=frames, clip_ns=cut,
-            added_run=len(runs) - 1 if len(ts) else None,
+            added_run=len(runs) - 1 if len(ts) else None, in_place=placing,
         )  # fmt: skip
         want = ops.rolling_at(runs, windows, aggs, at_keys, at_ts, hop)
         out.append((got, want))
@@ -105,13 +110,9 @@ def replay(
             _, kept = ops.rolling_at_resuming(doubled, windows, aggs, at_keys, at_ts, hop,
                                               clip_ns=cut)  # fmt: skip
         mark = max(mark, int(ts.max()) - delay if len(ts) else mark)
-        pruned = [prune(r, cut) if prune_runs[(b + i) % len(prune_runs)] else r
-                  for i, r in enumerate(runs)]  # fmt: skip
-        dropped = sum(len(r[1]) for r in pruned) < sum(len(r[1]) for r in runs)
         runs = [r for r in pruned if len(r[1])]
-        if kept is not None and frames is not None and not dropped:
-            # the untouched keys' states stay valid; the old ones are not needed again
-            kept = frames.updated_by(kept, in_place=True)
+        if kept is not None and frames is not None and not dropped and not placing:
+            kept = frames.updated_by(kept)  # the untouched keys' states stay valid
         frames = kept
     return out
 
@@ -123,13 +124,14 @@ def replay(
     aggs=st.sampled_from([RESUMABLE, ["count", "sum"], ["min", "max", "mean"]]),
     hop=st.sampled_from([None, None, 4]),
     prune_runs=st.lists(st.booleans(), min_size=1, max_size=3),
+    in_place=st.booleans(),
 )
 def test_resumed_frames_equal_frames_summed_from_their_rows(
     stream: tuple[list[Batch], int], windows: list[int], aggs: list[str], hop: int | None,
-    prune_runs: list[bool],
+    prune_runs: list[bool], in_place: bool,
 ) -> None:  # fmt: skip
     batches, delay = stream
-    for got, want in replay(batches, delay, windows, aggs, hop, prune_runs):
+    for got, want in replay(batches, delay, windows, aggs, hop, prune_runs, in_place=in_place):
         assert got.num_rows == want.num_rows
         for name in want.column_names:
             assert_matches(got[name], want[name], name.split("_")[0])
@@ -188,41 +190,99 @@ def test_frame_states_merge_by_key() -> None:
     old=st.sets(st.integers(-50, 50), max_size=20),
     new=st.sets(st.integers(-50, 50), max_size=20),
 )
-@pytest.mark.parametrize("in_place", [False, True])
-def test_updated_by_is_a_merge_by_key_where_the_newer_wins(
-    old: set[int], new: set[int], in_place: bool
+def test_updated_by_is_a_merge_by_key_where_the_newer_wins(old: set[int], new: set[int]) -> None:
+    """A copy: the old states stay as they were."""
+    before = _tagged_states(old, 1)
+    both = before.updated_by(_tagged_states(new, 2))
+    assert both.keys.tolist() == sorted(old | new)
+    expected = [k * 10 + (2 if k in new else 1) for k in sorted(old | new)]
+    assert both.for_keys(both.keys)[:, 0, 0].tolist() == expected
+    assert both.for_keys(np.array([51], dtype=np.int64)).tolist() == [[[0, 0]]]
+    assert not np.shares_memory(both.words, before.words)
+    assert before.for_keys(before.keys)[:, 0, 0].tolist() == [k * 10 + 1 for k in sorted(old)]
+
+
+def _tagged_states(keys: set[int], tag: int) -> ops.FrameStates:
+    """One state of two words per key: key * 10 + tag, and the key."""
+    ordered = np.array(sorted(keys), dtype=np.int64)
+    words = np.stack([ordered * 10 + tag, ordered], axis=1).reshape(len(ordered), 1, 2)
+    return ops.FrameStates(ordered, words, ())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    old=st.sets(st.integers(-50, 50), max_size=20),
+    writes=st.lists(st.sets(st.integers(-50, 50), max_size=20), min_size=1, max_size=3),
+)
+def test_placed_states_give_each_key_one_row_and_keep_the_held_ones(
+    old: set[int], writes: list[set[int]]
 ) -> None:
-    """In place or not, the same merge; in place writes into the old arrays, and keeps
-    writing into them when newer keys are added while spare rows are left (a copy
-    leaves the old states as they were)."""
-
-    def states(keys: set[int], tag: int) -> ops.FrameStates:
+    """What `placed` hands the kernel, over placements one after another (rows out of
+    key order, spare rows, growth): every held key is written in its own row and keeps
+    it, every new key gets a row no other key holds, and the states returned hold the
+    held keys' words and a row for each new key."""
+    states = _tagged_states(old, 1)
+    holds = {k: k * 10 + 1 for k in old}
+    for tag, keys in enumerate(writes, start=2):
         ordered = np.array(sorted(keys), dtype=np.int64)
-        words = np.stack([ordered * 10 + tag, ordered], axis=1).reshape(len(ordered), 1, 2)
-        return ops.FrameStates(ordered, words, ())
+        rows_before = dict(zip(states.keys.tolist(), states.rows().tolist(), strict=True))
+        placed, held_rows, out_rows = states.placed(ordered)
+        assert placed.keys.tolist() == sorted(holds.keys() | keys)
+        assert held_rows.tolist() == [rows_before.get(k, -1) for k in ordered.tolist()]
+        fresh = held_rows < 0
+        assert (out_rows[~fresh] == held_rows[~fresh]).all()
+        assert sorted(placed.rows().tolist()) == list(range(len(placed.keys)))
+        assert set(out_rows[fresh].tolist()).isdisjoint(rows_before.values())
+        if not fresh.any() or len(states.words) >= len(placed.keys):
+            assert placed.words is states.words  # no growth: the same array
+        # the kernel's part: each key's words written in its row
+        placed.words[out_rows, 0, 0] = ordered * 10 + tag
+        placed.words[out_rows, 0, 1] = ordered
+        holds.update({k: k * 10 + tag for k in keys})
+        got = placed.for_keys(placed.keys)
+        assert got[:, 0, 0].tolist() == [holds[k] for k in placed.keys.tolist()]
+        assert got[:, 0, 1].tolist() == placed.keys.tolist()
+        states = placed
 
-    def check(merged: ops.FrameStates, old: set[int], new: set[int]) -> None:
-        assert merged.keys.tolist() == sorted(old | new)
-        in_key_order = merged.for_keys(merged.keys)
-        expected = [k * 10 + (2 if k in new else 1) for k in sorted(old | new)]
-        assert in_key_order[:, 0, 0].tolist() == expected
-        assert in_key_order[:, 0, 1].tolist() == sorted(old | new)
-        assert merged.for_keys(np.array([51], dtype=np.int64)).tolist() == [[[0, 0]]]
+def test_states_written_in_place_resume_as_merged_ones_do(backend: str) -> None:
+    """Many keys, a few new each batch, late rows, no row leaving: the kernel writes
+    each batch's states into the held array (spare rows, growth) and the outputs stay
+    `rolling_at`'s, batch after batch, as with states merged from a fresh array."""
+    rng = np.random.default_rng(11)
+    batches = []
+    for b in range(6):
+        n = 300
+        ts = (b * 50 + rng.integers(-30, 50, n)).astype(np.int64)
+        keys = rng.integers(0, 40 + 25 * b, n).astype(np.int64)
+        values = np.round(rng.normal(0, 3, n), 1)
+        batches.append(Batch(keys, ts, pa.array(values, mask=rng.random(n) < 0.05)))
+    for in_place in (False, True):
+        results = replay(batches, 40, [25, 400], RESUMABLE, None, [False], in_place=in_place)
+        for got, want in results:
+            for name in want.column_names:
+                assert_matches(got[name], want[name], name.split("_")[0])
 
-    before = states(old, 1)
-    both = before.updated_by(states(new, 2), in_place=in_place)
-    check(both, old, new)
-    shared = np.shares_memory(both.words, before.words)
-    if not in_place:
-        assert not shared
-        assert before.for_keys(before.keys)[:, 0, 0].tolist() == [k * 10 + 1 for k in sorted(old)]
-    elif old and new and new <= old:
-        assert shared  # only held keys: their rows are written where they are
-    # a second in-place update over the first one's result (its rows may be out of key
-    # order, with spare rows): the same merge again
-    again = {k + 1 for k in new}
-    later = both.updated_by(states(again, 2), in_place=in_place)
-    merged_first = {k: (2 if k in new else 1) for k in old | new}
-    assert later.keys.tolist() == sorted(old | new | again)
-    expected_later = [k * 10 + (2 if k in again else merged_first[k]) for k in later.keys]
-    assert later.for_keys(later.keys)[:, 0, 0].tolist() == expected_later
+
+def test_the_kernel_writes_the_states_where_they_are_held(backend: str) -> None:
+    """In place, a held key's state is rewritten in its row of the array it was given,
+    and a new key's goes to a spare row of it."""
+    first = [(np.array([1, 2, 3]), np.array([1, 1, 1]), pa.array([1.0, 2.0, 3.0]))]
+    _, held = ops.rolling_at_resuming(first, [10], ["sum"], [1, 2, 3], [1, 1, 1], clip_ns=0)
+    if backend == "numpy":
+        assert held is None  # it keeps no frame states: nothing to write in place
+        return
+    assert held is not None
+    spare = np.zeros((5, *held.words.shape[1:]), dtype=np.int64)
+    spare[:3] = held.words
+    held = ops.FrameStates(held.keys, spare, held.signature)
+    more = [*first, (np.array([2, 4]), np.array([2, 2]), pa.array([5.0, 7.0]))]
+    got, placed = ops.rolling_at_resuming(more, [10], ["sum"], [2, 4], [2, 2], frames=held,
+                                          clip_ns=0, added_run=1, in_place=True)  # fmt: skip
+    assert got["sum_10"].to_pylist() == [7.0, 7.0]
+    assert placed is not None and placed.words is spare
+    assert placed.keys.tolist() == [1, 2, 3, 4]
+    assert placed.rows().tolist() == [0, 1, 2, 3]
+    later = [*more, (np.array([1, 2, 4]), np.array([3, 3, 3]), pa.array([1.0, 1.0, 1.0]))]
+    again, _ = ops.rolling_at_resuming(later, [10], ["sum"], [1, 2, 4], [3, 3, 3],
+                                       frames=placed, clip_ns=0, added_run=2)  # fmt: skip
+    assert again["sum_10"].to_pylist() == [2.0, 8.0, 8.0]

@@ -43,7 +43,7 @@ from featureflow_kernels.rolling._resume import (
 )
 
 
-comptime QUERY_WORDS = 17
+comptime QUERY_WORDS = 18
 """Call words before the per-run words (see `rolling_query`)."""
 comptime RUN_WORDS = 4
 """Words per run: ts addr, values addr, validity addr (0: none), validity bit offset."""
@@ -70,6 +70,7 @@ struct QueryCall(Copyable, Movable):
     var clip: Int
     var new_run: Int
     var frames_rows: I64P
+    var frames_out_rows: I64P
 
 
 def read_query_call(d: I64P) -> QueryCall:
@@ -91,6 +92,7 @@ def read_query_call(d: I64P) -> QueryCall:
         Int(d[unsafe_offset=14]),
         Int(d[unsafe_offset=15]),
         i64p(Int(d[unsafe_offset=16])),
+        i64p(Int(d[unsafe_offset=17])),
     )
 
 
@@ -259,8 +261,11 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
     none), 14 clip (ns: the states written hold no row before it), 15 the run
     holding the rows added since the states to resume were written (-1: none; the
     others held the rest), 16 each key's row of the states to resume (int64, G; -1:
-    none; read only with word 12 set: the held states are read where they lie); then
-    `RUN_WORDS` a run; then the widths (ns);
+    none; read only with word 12 set: the held states are read where they lie), 17
+    each key's row of the states to write (int64, G; 0: key g's in row g). Word 17
+    may make the states written the states read: a key's state is read whole before
+    its row is written (its held row, or one no other key reads), and a key whose
+    window keeps no state gets a cleared one there; then `RUN_WORDS` a run; then the widths (ns);
     then 4 words an output column (window-major). `scratch` addresses
     `query_scratch_bytes(capacity)` bytes.
     """
@@ -289,19 +294,21 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
         slides.append(Sliding(mv, c.capacity, cols^))
     var fin = c.frames_in
     var fout = c.frames_out
+    var out_rows = Int(c.frames_out_rows) != 0
     var can_resume = c.frames_in != 0 and resumable(slides[0].cols)
     var walk = List[Bool](length=c.nwin, fill=True)
     for g in range(c.ngroups):
         var q0 = Int(c.qoff[unsafe_offset=g])
         var q1 = Int(c.qoff[unsafe_offset=g + 1])
-        if q0 >= q1:
+        if q0 >= q1:  # none: every key of a plan has a query
             continue
         var first_q = Int(c.qts[unsafe_offset=q0])
         var last_t = Int(c.qts[unsafe_offset=q1 - 1])
+        var orow = Int(c.frames_out_rows[unsafe_offset=g]) if out_rows else g
         var widest = -1
         for w in range(c.nwin):
             var width = Int(widths[unsafe_offset=w])
-            var fat = (g * c.nwin + w) * FRAME_WORDS
+            var fat = (orow * c.nwin + w) * FRAME_WORDS
             walk[w] = True
             var held = Int(c.frames_rows[unsafe_offset=g]) if can_resume else -1
             var fin_at = (held * c.nwin + w) * FRAME_WORDS
@@ -334,10 +341,14 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
                     lo += 1
                 slides[w].move_to(lo, hi)
                 slides[w].emit(Int(c.qout[unsafe_offset=q]))
-            if c.frames_out != 0 and runs.last_ts(g) <= last_t:
+            if fout == 0:
+                continue
+            var fat = (orow * c.nwin + w) * FRAME_WORDS
+            if runs.last_ts(g) <= last_t:
                 var keep_from = max(frame_lower(last_t, width, c.hop), c.clip)
                 slides[w].move_to(first_at_or_after(mts, lo, hi, keep_from), hi)
-                var fat = (g * c.nwin + w) * FRAME_WORDS
                 FrameState.of_sliding(slides[w]).write(fout, fat, last_t, keep_from, c.clip)
                 write_sliding_deques(slides[w], mts, fout, fat)
+            else:  # rows after the last query: no state (the row may hold an old one)
+                i64p(fout)[unsafe_offset=fat] = 0
     return c.nq

@@ -218,6 +218,7 @@ def rolling_at_resuming(
     frames: _query.FrameStates | None = None,
     clip_ns: int | None = None,
     added_run: int | None = None,
+    in_place: bool = False,
 ) -> tuple[pa.Table, _query.FrameStates | None]:
     """`rolling_at`, resuming the frames an earlier call kept, and keeping this call's.
 
@@ -235,6 +236,12 @@ def rolling_at_resuming(
     or max leaving, a frame reaching before the earlier ``clip_ns``) is computed from
     its rows. The outputs equal `rolling_at`'s up to the rounding of the compensated
     sums' other order of additions.
+
+    ``in_place``: the caller owns ``frames`` and needs them no more (every other key's
+    state in them stays resumable: no row they hold left the runs). The kernel then
+    writes the queried keys' states into ``frames``' array (`FrameStates.placed`), and
+    the states returned hold every key of ``frames`` as well. Otherwise they hold the
+    queried keys only.
 
     Returns:
         (`rolling_at`'s table, the frame states or None: the numpy backend keeps none,
@@ -269,9 +276,17 @@ def rolling_at_resuming(
     keep = clip_ns is not None and set(names) <= _query.RESUMABLE_AGGS
     shape = (len(plan.group_keys), len(window_ns), getattr(impl, "frame_words", 0))
     resume = frames if frames is not None and frames.signature == signature else None
-    frames_in = None if resume is None or not keep else (
-        np.ascontiguousarray(resume.words), resume.rows_for(plan.group_keys))
-    frames_out = np.zeros(shape, dtype=np.int64) if keep and shape[2] else None
+    placed: _query.FrameStates | None = None
+    frames_in: tuple[np.ndarray, np.ndarray] | None = None
+    frames_out: tuple[np.ndarray, np.ndarray | None] | None = None
+    if keep and shape[2] and resume is not None and in_place:
+        placed, held_rows, out_rows = resume.placed(plan.group_keys)
+        frames_in, frames_out = (placed.words, held_rows), (placed.words, out_rows)
+    else:
+        if keep and resume is not None:
+            frames_in = (np.ascontiguousarray(resume.words), resume.rows_for(plan.group_keys))
+        if keep and shape[2]:
+            frames_out = (np.zeros(shape, dtype=np.int64), None)
     values = [r.values for r in parsed]
     kept: list[bool] = []
 
@@ -291,7 +306,9 @@ def rolling_at_resuming(
     table = plan.in_query_order(columns)
     if frames_out is None or kept != [True]:
         return table, None
-    return table, _query.FrameStates(plan.group_keys.copy(), frames_out, signature)
+    if placed is not None:
+        return table, placed
+    return table, _query.FrameStates(plan.group_keys.copy(), frames_out[0], signature)
 
 
 def merge_runs(runs: list[tuple[object, object]], cut_ns: int) -> np.ndarray:

@@ -48,15 +48,16 @@ class Backend(Protocol):
         aggs: list[str],
         columns: list[OutputColumn],
         frames_in: tuple[np.ndarray, np.ndarray] | None = None,
-        frames_out: np.ndarray | None = None,
+        frames_out: tuple[np.ndarray, np.ndarray | None] | None = None,
         clip_ns: int = 0,
         added_run: int | None = None,
     ) -> bool:
         """Frames at query points; resumes ``frames_in`` (held states, per row and
         window, and each plan group's row of them, -1 none; `_query.FrameStates`
         ``words`` and ``rows_for``) where it can and writes the final frames' states,
-        clipped to ``clip_ns``, to ``frames_out``; ``added_run``: the run holding the rows
-        added since ``frames_in`` were written. Returns whether it wrote them."""
+        clipped to ``clip_ns``, to ``frames_out`` (states and each group's row of them;
+        None rows: row g); ``added_run``: the run holding the rows added since
+        ``frames_in`` were written. Returns whether it wrote them."""
         ...
 
     def merge_runs(self, runs: list[Run], cut_ns: int) -> np.ndarray: ...

@@ -57,10 +57,11 @@ class FrameStates:
 
     ``keys``: int64, sorted, unique; ``words``: int64 ``(rows, windows, words)``,
     opaque to Python (the kernel's `FrameState`; a zero first word: no state), key
-    ``keys[i]``'s in row ``slots[i]`` (None: row ``i``). Rows stay where they are
-    written: an in-place update writes the keys it holds in their rows and appends
-    new keys' rows (``words`` keeps spare rows for them), so a batch costs its own
-    keys' states, not a copy of every key's (:meth:`updated_by`).
+    ``keys[i]``'s in row ``slots[i]`` (None: row ``i``); the rows in use are rows
+    ``0 .. len(keys) - 1``, in any order. Rows stay where they are written: an
+    in-place update writes the keys it holds in their rows and new keys in spare rows
+    after those (``words`` keeps spare rows for them), so a batch costs its own keys'
+    states, not a copy of every key's (:meth:`placed`).
     ``signature``: the call they answer (windows in ns, hop, aggregates, value type).
     """
 
@@ -99,38 +100,40 @@ class FrameStates:
         out[rows < 0] = 0
         return out
 
-    def updated_by(self, newer: FrameStates, *, in_place: bool = False) -> FrameStates:
-        """These states with ``newer``'s keys replaced or added (newer wins).
+    def placed(self, keys: np.ndarray) -> tuple[FrameStates, np.ndarray, np.ndarray]:
+        """These states made ready for the kernel to write ``keys``' (sorted, unique) in
+        place, for a caller that owns them and needs them no more: returns (the states of
+        every held key and of ``keys``, each of ``keys``' held row (-1: none), each one's
+        row to write). A held key is written in its own row, a new key in a spare row
+        (the rows grow by half when none is left); the kernel writes every row given.
 
-        ``in_place``: the caller owns these states and needs them no more, so it writes
-        into their arrays instead of copying them: a held key's states in its row, a
-        new key's in a spare row (the rows grow by half when none is left). A batch
-        touches a few of the entities whose frames it carries, and some it never saw:
-        copying every frame to merge those cost more than the kernel's resume
-        (0.12 s a 200 k-event batch over 24 h of state, 100 k entities).
+        A batch touches some of the entities whose frames it carries and some it never
+        saw. Merging its states into the held ones cost a copy of the batch's states and
+        a scatter of them (20 ms a 200 k-event batch over 24 h of state, 100 k entities),
+        and a fresh array for them, all of which writing in place saves.
         """
+        held_rows = self.rows_for(keys)
+        fresh = held_rows < 0
+        used, added = len(self.keys), int(fresh.sum())  # rows in use: 0 .. used - 1
+        words = self.words
+        if used + added > len(words):
+            words = np.empty((max(used + added, len(words) * 3 // 2), *words.shape[1:]),
+                             dtype=np.int64)  # fmt: skip
+            words[:used] = self.words[:used]
+        out_rows = held_rows.copy()
+        out_rows[fresh] = np.arange(used, used + added)
+        if not added:
+            return FrameStates(self.keys, words, self.signature, self.slots), held_rows, out_rows
+        all_keys, slots = _merged(self.keys, self.rows(), keys[fresh], out_rows[fresh])
+        return FrameStates(all_keys, words, self.signature, slots), held_rows, out_rows
+
+    def updated_by(self, newer: FrameStates) -> FrameStates:
+        """These states with ``newer``'s keys replaced or added (newer wins), in a copy:
+        the held keys' rows that ``newer`` does not replace, then ``newer``'s. (A caller
+        that owns these states has the kernel write them in place: :meth:`placed`.)"""
         if not len(self.keys):
             return newer
         rows = self.rows()
-        if in_place and self.signature == newer.signature and len(newer.keys):
-            at = np.minimum(np.searchsorted(self.keys, newer.keys), len(self.keys) - 1)
-            held = self.keys[at] == newer.keys
-            newer_words = newer.in_key_order()
-            words = self.words
-            self.words[rows[at[held]]] = newer_words[held]
-            fresh = ~held
-            if not fresh.any():
-                return FrameStates(self.keys, words, newer.signature, self.slots)
-            used, added = len(self.keys), int(fresh.sum())  # rows in use: 0 .. used - 1
-            if used + added > len(words):
-                words = np.empty((max(used + added, len(words) * 3 // 2), *words.shape[1:]),
-                                 dtype=np.int64)  # fmt: skip
-                words[:used] = self.words[:used]
-            new_rows = np.arange(used, used + added)
-            words[new_rows] = newer_words[fresh]
-            keys, slots = _merged(self.keys, rows, newer.keys[fresh], new_rows)
-            return FrameStates(keys, words, newer.signature, slots)
-        # a copy: the held keys' rows that newer does not replace, then newer's
         at = np.minimum(np.searchsorted(newer.keys, self.keys), max(len(newer.keys) - 1, 0))
         stays = newer.keys[at] != self.keys if len(newer.keys) else np.ones(len(self.keys), bool)
         kept = int(stays.sum())

@@ -216,7 +216,7 @@ class ReferenceBackend:
         aggs: list[str],
         columns: list[OutputColumn],
         frames_in: tuple[np.ndarray, np.ndarray] | None = None,
-        frames_out: np.ndarray | None = None,
+        frames_out: tuple[np.ndarray, np.ndarray | None] | None = None,
         clip_ns: int = 0,
         added_run: int | None = None,
     ) -> bool:

@@ -47,6 +47,22 @@ def _int64_array(array: np.ndarray, shape: tuple[int, ...]) -> bool:
     return array.shape == shape and array.dtype == np.int64 and array.flags.c_contiguous
 
 
+def _check_rows(name: str, states: np.ndarray, rows: np.ndarray,
+                shape: tuple[int, int, int], lowest: int) -> None:
+    """Raise ValueError unless ``states`` are C-contiguous int64 ``(n, *shape[1:])`` and
+    ``rows`` one C-contiguous int64 row per group (``shape[0]``), each in
+    ``[lowest, n)``: the kernel reads and writes only there."""
+    if not _int64_array(states, (len(states), *shape[1:])):
+        msg = f"{name}: expected C-contiguous int64 states of shape (rows, {shape[1:]})"
+        raise ValueError(msg)
+    groups = shape[0]
+    if not _int64_array(rows, (groups,)) or (
+        groups and not lowest <= int(rows.min()) <= int(rows.max()) < len(states)
+    ):
+        msg = f"{name}: expected {groups} int64 rows, each {lowest} or more and below {len(states)}"
+        raise ValueError(msg)
+
+
 class NativeBackend:
     """The Mojo kernels behind the backend interface of `featureflow.ops._backend`."""
 
@@ -215,41 +231,42 @@ class NativeBackend:
         aggs: list[str],
         columns: list[OutputColumn],
         frames_in: tuple[np.ndarray, np.ndarray] | None = None,
-        frames_out: np.ndarray | None = None,
+        frames_out: tuple[np.ndarray, np.ndarray | None] | None = None,
         clip_ns: int = 0,
         added_run: int | None = None,
     ) -> bool:
         """Frames at query points over runs (rolling/_query.mojo), resuming the frame
         states of ``frames_in`` and writing the new ones to ``frames_out``
-        (``(groups, windows, frame_words)`` int64, C-contiguous; rolling/_resume.mojo).
-        ``frames_in``: held states (``(rows, windows, frame_words)``, read in place) and
-        each group key's row of them (int64, -1: none). ``added_run``: the run of the
-        rows added since ``frames_in`` were written."""
+        (rolling/_resume.mojo). ``frames_in``: held states (``(rows, windows,
+        frame_words)`` int64, C-contiguous, read in place) and each group key's row of
+        them (int64, -1: none). ``frames_out``: states of that shape and each group key's
+        row to write (int64; None: row g of ``(groups, windows, frame_words)``); they may
+        be ``frames_in``'s array when each key writes its held row or one no key reads.
+        ``added_run``: the run of the rows added since ``frames_in`` were written."""
         if plan.nq == 0:
             return frames_out is not None  # no key: no state
         groups = len(plan.group_keys)
         shape = (groups, len(windows), self.frame_words)
         held, rows = frames_in if frames_in is not None else (None, None)
-        if frames_out is not None and not _int64_array(frames_out, shape):
-            msg = f"frames_out: expected a C-contiguous int64 array of shape {shape}"
-            raise ValueError(msg)
+        out, out_rows = frames_out if frames_out is not None else (None, None)
         if held is not None and rows is not None:
-            if not _int64_array(held, (len(held), *shape[1:])):
-                msg = f"frames_in: expected C-contiguous int64 states of shape (rows, {shape[1:]})"
-                raise ValueError(msg)
-            if not _int64_array(rows, (groups,)) or (
-                groups and not -1 <= int(rows.min()) <= int(rows.max()) < len(held)
-            ):
-                msg = f"frames_in: expected {groups} int64 rows, each -1 or below {len(held)}"
-                raise ValueError(msg)
+            _check_rows("frames_in", held, rows, shape, -1)
+        if out is not None:
+            if out_rows is None:
+                if not _int64_array(out, shape):
+                    msg = f"frames_out: expected a C-contiguous int64 array of shape {shape}"
+                    raise ValueError(msg)
+            else:
+                _check_rows("frames_out", out, out_rows, shape, 0)
         dtype = VALUE_TYPES[runs[0].values.type]
         words = [len(runs), len(plan.group_keys), plan.nq, len(windows), hop or 0, len(aggs)]
         words += [dtype, int(plan.qts.ctypes.data), int(plan.qout.ctypes.data)]
         words += [int(plan.qoff.ctypes.data), int(plan.segs.ctypes.data), plan.capacity]
         words += [0 if held is None else int(held.ctypes.data)]
-        words += [0 if frames_out is None else int(frames_out.ctypes.data), int(clip_ns)]
+        words += [0 if out is None else int(out.ctypes.data), int(clip_ns)]
         words += [-1 if added_run is None else added_run]
         words += [0 if rows is None else int(rows.ctypes.data)]
+        words += [0 if out_rows is None else int(out_rows.ctypes.data)]
         for run in runs:
             v = run.values
             words += [

@@ -32,7 +32,7 @@ from featureflow.ops._aggs import CODES
 from featureflow.ops._inputs import VALUE_TYPES
 from featureflow.ops._mojo.descriptor import HEADER
 
-ABI_VERSION: Final = 8
+ABI_VERSION: Final = 9
 """The kernels' ABI this Python side speaks (``ABI_VERSION`` in abi.mojo)."""
 NATIVE_DIR = Path(__file__).resolve().parent.parent / "_native"
 SOURCES_DIR = Path(__file__).resolve().parents[4] / "mojo_ops"
