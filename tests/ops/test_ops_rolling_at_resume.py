@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ops_rolling import assert_matches
@@ -244,6 +245,7 @@ def test_placed_states_give_each_key_one_row_and_keep_the_held_ones(
         assert got[:, 0, 1].tolist() == placed.keys.tolist()
         states = placed
 
+
 def test_states_written_in_place_resume_as_merged_ones_do(backend: str) -> None:
     """Many keys, a few new each batch, late rows, no row leaving: the kernel writes
     each batch's states into the held array (spare rows, growth) and the outputs stay
@@ -286,3 +288,30 @@ def test_the_kernel_writes_the_states_where_they_are_held(backend: str) -> None:
     again, _ = ops.rolling_at_resuming(later, [10], ["sum"], [1, 2, 4], [3, 3, 3],
                                        frames=placed, clip_ns=0, added_run=2)  # fmt: skip
     assert again["sum_10"].to_pylist() == [2.0, 8.0, 8.0]
+
+
+def test_the_kernel_writes_only_rows_of_the_states_it_is_given(backend: str) -> None:
+    """A row to write outside the states is refused before the kernel runs (it writes
+    through raw addresses); a row inside is written and the others are left alone."""
+    from featureflow.ops import _backend, _query, _tables
+
+    impl = _backend.current().backend
+    parsed = [_query.Run(np.array([4, 4]), np.array([1, 2]), pa.array([1.0, 2.0]))]
+    plan = _query.plan(parsed, np.array([4]), np.array([2]), impl.run_segments,
+                       impl.merge_runs)  # fmt: skip
+
+    def call(states: np.ndarray, row: int) -> bool:
+        columns = _tables.allocate([("sum_10", "sum")], pa.float64(), plan.nq)
+        return impl.rolling_at(parsed, plan, [10], None, ["sum"], columns,
+                               frames_out=(states, np.array([row])), clip_ns=0)  # fmt: skip
+
+    states = np.zeros((2, 1, max(getattr(impl, "frame_words", 0), 1)), dtype=np.int64)
+    if backend == "numpy":
+        assert call(states, 5) is False  # it keeps no states and reads no rows
+        return
+    for outside in (-1, 2):
+        with pytest.raises(ValueError, match="frames_out: expected 1 int64 rows"):
+            call(states, outside)
+    assert not states.any()
+    assert call(states, 1) is True
+    assert not states[0].any() and states[1, 0, 0] != 0

@@ -265,8 +265,8 @@ def rolling_query(d: I64P, scratch: Int) raises -> Int:
     each key's row of the states to write (int64, G; 0: key g's in row g). Word 17
     may make the states written the states read: a key's state is read whole before
     its row is written (its held row, or one no other key reads), and a key whose
-    window keeps no state gets a cleared one there; then `RUN_WORDS` a run; then the widths (ns);
-    then 4 words an output column (window-major). `scratch` addresses
+    window keeps no state gets a cleared one there; then `RUN_WORDS` a run; then the
+    widths (ns); then 4 words an output column (window-major). `scratch` addresses
     `query_scratch_bytes(capacity)` bytes.
     """
     var c = read_query_call(d)
