@@ -74,8 +74,8 @@ def open_store(repo_path: str) -> FeatureStore:
     ~80 MiB of modules: a topic task makes it before its views compute, so that they lie
     below the task's buffers in the heap rather than among them, where they kept freed
     pages from being returned (the workers' peak growth in 10 M-event runs: 744-793 MiB,
-    against 801-840 MiB with the store opened at the write; README *Workers import Feast
-    only to write*)."""
+    against 801-840 MiB with the store opened at the write; docs/performance-log.md,
+    *Workers import Feast only to write*)."""
     store = cached_store(repo_path)
     importlib.import_module("featureflow.online")
     return store

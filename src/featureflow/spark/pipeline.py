@@ -529,11 +529,11 @@ features, merged runs, the online rows) grows with its partition's share of the 
 and of the state, and a worker keeps what its largest task touched: in a 10 M-event
 run (1 M records a micro-batch, 2 cores) the workers' peak growth was 2.8-3.4x the
 state with 8 partitions against 3.7-4.6x with 4, at the same events/s; 16 gained
-nothing more (``bench/stream.py``, README *Which task sets a worker's peak*). With
-one state host per executor (2026-12-04), 16 read 1.99-2.12x against 2.18-2.32x with
-8, at 5-15 % fewer events/s and twice the state and offline files a batch: a setting
-(``--partitions``) for a memory-bound deployment, not the default (README *Seven
-ways to lower the host's peak*)."""
+nothing more (``bench/stream.py``; docs/performance-log.md, *Which task sets a worker's
+peak*). With one state host per executor (2026-12-04), 16 read 1.99-2.12x against
+2.18-2.32x with 8, at 5-15 % fewer events/s and twice the state and offline files a
+batch: a setting (``--partitions``) for a memory-bound deployment, not the default
+(docs/performance-log.md, *Seven ways to lower the host's peak*)."""
 
 
 def shuffle_partitions(state_roots: list[str], cores: int) -> int:
