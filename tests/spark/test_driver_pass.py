@@ -23,6 +23,7 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ from job_harness import REPO_ROOT, apply, copy_repo
 from featureflow.columns import EVENT_NS
 from featureflow.events import sample
 from featureflow.repo import load_store, stream_view_specs
+from featureflow.spark import online_sink
 from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
 from featureflow.spark.online_sink import ViewOutputs, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
@@ -51,6 +53,7 @@ from featureflow.spark.topic_pass import (
     VIEW,
     TopicPass,
     run_on_driver,
+    run_records,
     shuffle_partition,
     split_by_partition,
 )
@@ -231,14 +234,14 @@ def test_a_partition_is_cold_in_a_worker_without_its_frame_states_and_computes_t
 
 @dataclasses.dataclass(frozen=True)
 class _PoolReadingTask(ViewTask):
-    """A view's task that notes Arrow's pool as its finish begins: after the topic's
-    online write, before its own offline write."""
+    """A view's task that notes Arrow's pool as its state save begins: after the topic's
+    online write and the history writes beside it."""
 
     readings: list[int] = dataclasses.field(default_factory=list)
 
-    def finish(self, partition: int, outputs: ViewOutputs) -> None:
+    def save_state(self, partition: int, outputs: ViewOutputs) -> None:
         self.readings.append(pa.total_allocated_bytes())
-        super().finish(partition, outputs)
+        super().save_state(partition, outputs)
 
 
 def test_a_task_handed_its_records_frees_them_before_its_writes(tmp_path: Path) -> None:
@@ -374,3 +377,62 @@ def test_a_worker_unpickles_its_task_without_feast_and_writes_with_feast_uncheck
     assert sum(worker["rows"]) == here.num_rows > 0
     users = records.column("user_id").unique().to_pylist()
     assert _online(worker_repo, users) == _online(here_repo, users)
+
+
+@dataclasses.dataclass(frozen=True)
+class _OrderNotingTask(ViewTask):
+    """A view's task that notes when its history write begins and ends (slowed, so a write
+    beside it has time to start) and when its state save begins."""
+
+    noted: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+    def write_history(self, partition: int, outputs: ViewOutputs) -> None:
+        self.noted.append(("history begins", time.perf_counter()))
+        time.sleep(0.3)
+        super().write_history(partition, outputs)
+        self.noted.append(("history ends", time.perf_counter()))
+
+    def save_state(self, partition: int, outputs: ViewOutputs) -> None:
+        self.noted.append(("save begins", time.perf_counter()))
+        super().save_state(partition, outputs)
+
+
+def test_history_files_are_written_beside_the_online_write_and_states_saved_after_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Parquet history goes out while the online write runs (it mostly waits on the
+    store); every state save waits for both writes, so a crash before it leaves the version
+    a replay reads. The outputs are those of the plain tasks."""
+    noted_repo, plain_repo = _applied_repos(tmp_path, "noted", "plain")
+    _, batch, partitions = next(_micro_batches(_records(seed=6)))
+    noted: list[tuple[str, float]] = []
+    real_write = online_sink.write_online_of_batch
+
+    def noting_write(*args: Any, **kwargs: Any) -> None:  # a spy: the real write, timed
+        noted.append(("online begins", time.perf_counter()))
+        real_write(*args, **kwargs)
+        noted.append(("online ends", time.perf_counter()))
+
+    monkeypatch.setattr(online_sink, "write_online_of_batch", noting_write)
+    tasks = tuple(
+        _OrderNotingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline, noted=noted)
+        for t in _tasks(noted_repo, 0, 0)
+    )  # fmt: skip
+    got = pa.Table.from_batches(list(run_records(tasks, str(noted_repo), 0, batch, partitions)))
+    monkeypatch.undo()
+    want = pa.Table.from_batches(
+        list(run_records(_tasks(plain_repo, 0, 0), str(plain_repo), 0, batch, partitions))
+    )
+    assert _comparable(got) == _comparable(want)
+
+    def times(what: str) -> list[float]:
+        return [at for name, at in noted if name == what]
+
+    histories = len(times("history ends"))
+    assert histories >= 2 and len(times("save begins")) == histories
+    (online_begins,), (online_ends,) = times("online begins"), times("online ends")
+    overlap = min(times("history begins")) < online_ends and online_begins < max(
+        times("history ends")
+    )
+    assert overlap, "the history written beside the online write, not before or after it"
+    assert min(times("save begins")) > max(online_ends, *times("history ends"))

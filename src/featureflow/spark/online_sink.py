@@ -6,8 +6,9 @@ partition (all events of the entities hashed to it): :meth:`ViewTask.compute`
 loads the view's state and computes its rolling or session features with
 :mod:`featureflow.window_state` (Mojo kernels reading the Arrow buffers in
 place); :func:`write_online` upserts every view's latest row per entity into
-the online store in one write; :meth:`ViewTask.finish` appends the history to
-the offline log and saves the new state. :class:`OnlineFeatureWriter` runs
+the online store in one write, while :meth:`ViewTask.write_history` appends the
+history to the offline log beside it; :meth:`ViewTask.save_state` then saves the
+new state. :class:`OnlineFeatureWriter` runs
 one view alone, the same way (benchmarks replay it outside Spark).
 """
 
@@ -15,9 +16,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Executor
+from concurrent import futures
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -234,15 +238,27 @@ class ViewTask:
         )  # fmt: skip
 
     def finish(self, partition: int, outputs: ViewOutputs) -> None:
-        """Offline write and state save of ``outputs`` (after the online write): each
-        state table as its delta from the version the task read."""
-        clock = outputs.clock
-        clock.restart()
+        """Offline write and state save of ``outputs`` (after the online write)."""
+        self.write_history(partition, outputs)
+        self.save_state(partition, outputs)
+
+    def write_history(self, partition: int, outputs: ViewOutputs) -> None:
+        """The offline write of ``outputs``: its history file, rewritten identically by a
+        replay, so it may run beside the online write (any thread; its seconds go to the
+        ``offline_write`` phase)."""
+        started = time.perf_counter()
         if outputs.history.num_rows:
             self.offline.write(
                 self.batch_id, partition, outputs.history, suffix=self.offline_suffix
             )
-        clock.lap("offline_write")
+        outputs.clock.seconds["offline_write"] += time.perf_counter() - started
+
+    def save_state(self, partition: int, outputs: ViewOutputs) -> None:
+        """The state save of ``outputs``, after every other write of the batch (a crash
+        before it leaves the version the replay reads): each state table as its delta
+        from the version the task read."""
+        clock = outputs.clock
+        clock.restart()
         if outputs.kept_tiles is not None:  # before the events: a reader takes both
             self.state.save_tiles(
                 partition, self.batch_id, outputs.kept_tiles, outputs.tiles_delta,
@@ -280,8 +296,9 @@ def run_views(
     threads: Executor | None = None,
 ) -> list[tuple[int, ViewTask, dict[str, object]]]:  # fmt: skip
     """Every view of ``tasks`` over each shuffle partition of ``received``: state loads
-    and computes, one online write for all of them, then per (partition, view) the
-    offline write and the state save.
+    and computes, one online write for all of them with every (partition, view)'s
+    offline write beside it (on the history threads), then per (partition, view) the
+    state save.
 
     ``received`` holds, per shuffle partition, each view's new events (by view name;
     none: the views run on their state alone, as the session closer does). Returns
@@ -289,7 +306,7 @@ def run_views(
     (:meth:`ViewTask.stats`). The states are saved last, so a crash before leaves
     the previous versions for the replay. Partitions hold distinct entities, so one
     write of all their rows equals a write per partition (and costs its fixed part
-    once). ``threads``: where the (partition, view) computes and finishes run side by
+    once). ``threads``: where the (partition, view) computes and state saves run side by
     side (the kernels, Arrow and Parquet release the GIL); None: one after the other.
     ``received`` is emptied once the computes are done: the new events are in the views'
     states by then, and the writes need not hold the batches they came in.
@@ -313,21 +330,50 @@ def run_views(
     rows: dict[str, list[pa.Table]] = {}
     for _, task, outputs in done:
         rows.setdefault(task.spec.name, []).append(outputs.rows)
-    started = time.perf_counter()
-    write_online_of_batch(
-        repo_path, batch_id, {view: pa.concat_tables(tables) for view, tables in rows.items()}
-    )
-    written_at = time.time_ns()
-    online_s = time.perf_counter() - started
+    # the history files go beside the online write: the write mostly waits on the store,
+    # the Parquet encoding is CPU, and both may happen in either order (a replay rewrites
+    # both identically); only the state saves must wait for every other write
+    histories = [
+        _history_threads().submit(task.write_history, partition, outputs)
+        for partition, task, outputs in done
+    ]
+    try:
+        started = time.perf_counter()
+        write_online_of_batch(
+            repo_path, batch_id, {view: pa.concat_tables(tables) for view, tables in rows.items()}
+        )
+        written_at = time.time_ns()
+        online_s = time.perf_counter() - started
+    finally:
+        futures.wait(histories)
+    for written in histories:
+        written.result()  # raises what a history write raised
 
     def finish(item: tuple[int, ViewTask, ViewOutputs]) -> tuple[int, ViewTask, dict[str, object]]:
         partition, task, outputs = item
         outputs.clock.seconds["online_write"] = online_s
         freshness = freshness_histogram(outputs.new_ns, written_at)
-        task.finish(partition, outputs)
+        task.save_state(partition, outputs)
         return partition, task, task.stats(outputs, freshness)
 
     return list(map(finish, done) if threads is None else threads.map(finish, done))
+
+
+_HISTORY_THREADS: ThreadPoolExecutor | None = None
+_HISTORY_THREADS_LOCK = threading.Lock()
+
+
+def _history_threads() -> ThreadPoolExecutor:
+    """The threads that write the history files beside the online write (one per core:
+    pyarrow's Parquet writer releases the GIL); a pool of its own, as the callers' pools
+    wait on these writes."""
+    global _HISTORY_THREADS
+    with _HISTORY_THREADS_LOCK:
+        if _HISTORY_THREADS is None:
+            _HISTORY_THREADS = ThreadPoolExecutor(
+                max_workers=os.cpu_count() or 2, thread_name_prefix="featureflow-history"
+            )
+        return _HISTORY_THREADS
 
 
 @dataclass(frozen=True)
