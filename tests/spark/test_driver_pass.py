@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -40,8 +41,8 @@ from job_harness import REPO_ROOT, apply, copy_repo
 
 from featureflow.columns import EVENT_NS
 from featureflow.events import sample
+from featureflow.online.sqlite import LOCK_TIMEOUT_ENV
 from featureflow.repo import load_store, stream_view_specs
-from featureflow.spark import online_sink
 from featureflow.spark.offline_sink import OfflineFeatureLog, read_history
 from featureflow.spark.online_sink import ViewOutputs, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
@@ -380,46 +381,60 @@ def test_a_worker_unpickles_its_task_without_feast_and_writes_with_feast_uncheck
 
 
 @dataclasses.dataclass(frozen=True)
-class _OrderNotingTask(ViewTask):
-    """A view's task that notes when its history write begins and ends (slowed, so a write
-    beside it has time to start) and when its state save begins."""
+class _LockReleasingTask(ViewTask):
+    """A view's task whose history write notes whether the online store's lock (held by
+    the test's own connection) still keeps the online write waiting, then releases it,
+    and whose state save notes the online rows already stored then."""
 
+    lock: sqlite3.Connection | None = None
+    database: Path | None = None
     noted: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
     def write_history(self, partition: int, outputs: ViewOutputs) -> None:
-        self.noted.append(("history begins", time.perf_counter()))
-        time.sleep(0.3)
+        assert self.lock is not None
+        if self.lock.in_transaction:
+            self.noted.append(("history while the online write waits", time.perf_counter()))
+            self.lock.execute("COMMIT")
         super().write_history(partition, outputs)
         self.noted.append(("history ends", time.perf_counter()))
 
     def save_state(self, partition: int, outputs: ViewOutputs) -> None:
         self.noted.append(("save begins", time.perf_counter()))
+        assert self.database is not None
+        with sqlite3.connect(self.database) as reader:
+            (stored,) = reader.execute(f"SELECT count(*) FROM {self.table}").fetchone()
+        self.noted.append((f"online rows stored: {stored > 0}", time.perf_counter()))
         super().save_state(partition, outputs)
+
+    @property
+    def table(self) -> str:
+        return f"featureflow_demo_{self.spec.name}"
 
 
 def test_history_files_are_written_beside_the_online_write_and_states_saved_after_both(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Parquet history goes out while the online write runs (it mostly waits on the
-    store); every state save waits for both writes, so a crash before it leaves the version
-    a replay reads. The outputs are those of the plain tasks."""
-    noted_repo, plain_repo = _applied_repos(tmp_path, "noted", "plain")
+    store): with the SQLite online store locked by another connection, the online write
+    waits, and only a history write can release the lock, so the batch completes only if
+    the history is written beside the online write. Every state save begins after both
+    writes (the online rows are stored by then), so a crash before it leaves the version a
+    replay reads. The outputs are those of plain tasks on an unlocked store."""
+    monkeypatch.setenv(LOCK_TIMEOUT_ENV, "5")  # written after it: the write fails in 5 s
+    locked_repo, plain_repo = _applied_repos(tmp_path, "locked", "plain")
     _, batch, partitions = next(_micro_batches(_records(seed=6)))
+    database = locked_repo / "data" / "online_store.db"
+    assert database.exists(), "feast apply creates the online store's tables"
+    lock = sqlite3.connect(database, isolation_level=None, check_same_thread=False)
+    lock.execute("BEGIN IMMEDIATE")
     noted: list[tuple[str, float]] = []
-    real_write = online_sink.write_online_of_batch
-
-    def noting_write(*args: Any, **kwargs: Any) -> None:  # a spy: the real write, timed
-        noted.append(("online begins", time.perf_counter()))
-        real_write(*args, **kwargs)
-        noted.append(("online ends", time.perf_counter()))
-
-    monkeypatch.setattr(online_sink, "write_online_of_batch", noting_write)
     tasks = tuple(
-        _OrderNotingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline, noted=noted)
-        for t in _tasks(noted_repo, 0, 0)
+        _LockReleasingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline,
+                           lock=lock, database=database, noted=noted)
+        for t in _tasks(locked_repo, 0, 0)
     )  # fmt: skip
-    got = pa.Table.from_batches(list(run_records(tasks, str(noted_repo), 0, batch, partitions)))
-    monkeypatch.undo()
+    got = pa.Table.from_batches(list(run_records(tasks, str(locked_repo), 0, batch, partitions)))
+    lock.close()
     want = pa.Table.from_batches(
         list(run_records(_tasks(plain_repo, 0, 0), str(plain_repo), 0, batch, partitions))
     )
@@ -428,11 +443,8 @@ def test_history_files_are_written_beside_the_online_write_and_states_saved_afte
     def times(what: str) -> list[float]:
         return [at for name, at in noted if name == what]
 
+    assert len(times("history while the online write waits")) == 1
     histories = len(times("history ends"))
     assert histories >= 2 and len(times("save begins")) == histories
-    (online_begins,), (online_ends,) = times("online begins"), times("online ends")
-    overlap = min(times("history begins")) < online_ends and online_begins < max(
-        times("history ends")
-    )
-    assert overlap, "the history written beside the online write, not before or after it"
-    assert min(times("save begins")) > max(online_ends, *times("history ends"))
+    assert len(times("online rows stored: True")) == histories
+    assert min(times("save begins")) > max(times("history ends"))
