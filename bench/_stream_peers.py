@@ -51,10 +51,21 @@ class StreamRun:
     freshness_p99_s: float | None = None
     note: str = ""
     memory: dict[str, Any] = field(default_factory=dict)  # Python workers' RSS (featureflow)
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU s by process kind (_process_cpu)
 
     @property
     def events_per_s(self) -> float:
         return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """(start, end) epoch seconds of the run: its first micro-batch's start (its end
+        less its duration) to its last one's end; None without batch ends."""
+        timed = [b for b in self.batches if b.get("end_s") is not None]
+        if not timed:
+            return None
+        return (min(b["end_s"] - (b.get("duration_s") or 0.0) for b in timed),
+                max(b["end_s"] for b in timed))  # fmt: skip
 
     @property
     def steady_events_per_s(self) -> float | None:

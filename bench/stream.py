@@ -74,6 +74,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _process_cpu import ProcessCpu  # noqa: E402
 from _stream_peers import (  # noqa: E402
     StreamRun,
     run_feast,
@@ -594,6 +595,35 @@ def memory_table(runs: list[StreamRun], entities: int) -> str:
     return "\n".join(lines)
 
 
+CPU_COLUMNS = (
+    ("jit", "JVM JIT compilers"), ("jvm", "JVM, other threads"),
+    ("python_workers", "Python workers"), ("driver_python", "driver Python"),
+    ("redis", "Redis server"), ("broker", "Kafka broker"), ("other", "other"),
+)  # fmt: skip
+
+
+def cpu_table(runs: list[StreamRun]) -> str:
+    """CPU seconds each run's processes spent from its first micro-batch's start to its
+    last one's end, by kind (``_process_cpu.py``), per million events and as cores busy.
+
+    The machine's two cores bound every system: a system's events/s is at most
+    2 / (its CPU seconds per event). The peers run one after the other in one session,
+    so the first of them (``window()``) pays its JVM's JIT compilation and the floors
+    after it hardly any; each featureflow run starts a JVM of its own."""
+    head = " | ".join(title for _, title in CPU_COLUMNS)
+    lines = [f"| system | {head} | total CPU s | CPU s per M events | cores busy |",
+             "|---|" + "---:|" * (len(CPU_COLUMNS) + 3)]  # fmt: skip
+    for run in runs:
+        if not run.cpu or not run.events:
+            continue
+        cells = " | ".join(f"{run.cpu.get(kind, 0.0):.1f}" for kind, _ in CPU_COLUMNS)
+        seconds = run.cpu.get("seconds") or run.wall_s
+        lines.append(f"| {run.system} | {cells} | {run.cpu['total']:.1f} "
+                     f"| {run.cpu['total'] / (run.events / 1e6):.1f} "
+                     f"| {run.cpu['total'] / seconds:.2f} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def save(section: str, content: dict[str, Any]) -> None:
     """Store one section (``sustained``, ``freshness``, ``phases``) of ``stream.json``.
 
@@ -643,6 +673,8 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     offsets = args.max_offsets_per_trigger
     runs: list[StreamRun] = []
     floor: StreamRun | None = None
+    cpu = ProcessCpu(os.getpid())  # every process of the runs, and the broker
+    cpu.start()
     for store in args.stores:
         repo = private_repo(
             root, f"repo-both-{store}", topic, args.redis if store == "redis" else None
@@ -706,13 +738,18 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
             runs.append(floor)
             print(table(runs, both, floor), flush=True)
         spark.stop()
+    cpu.stop()
+    for run in runs:
+        if run.interval is not None:
+            run.cpu = cpu.between(*run.interval)
     kafka_broker.delete_topic(args.bootstrap, topic)
     load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     save("sustained", {
         "scale": {"events": args.events, "users": args.users, "entities": entities,
                   "max_offsets_per_trigger": offsets},
         "load_average_1m": load, "produce_s": round(produce_s, 1), "runs": as_record(runs),
-        "table": table(runs, both, floor) + "\n\nMemory:\n\n" + memory_table(runs, entities),
+        "table": table(runs, both, floor) + "\n\nMemory:\n\n" + memory_table(runs, entities)
+        + "\n\nCPU (each run's micro-batches):\n\n" + cpu_table(runs),
         "notes": [f"{r.system}: {r.note}" for r in runs if r.note],
     })  # fmt: skip
     return both
