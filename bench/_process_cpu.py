@@ -101,6 +101,7 @@ class Sample:
     """One process's CPU seconds at one instant."""
 
     kind: str
+    """Its kind (:func:`kind_of`); empty while it exits (no command line)."""
     total: float
     compilers: dict[int, float]
     """A JVM's compiler threads' CPU seconds, by thread id (empty for other kinds)."""
@@ -112,7 +113,7 @@ def process_cpu(pid: int) -> Sample | None:
     stat = _read(Path(f"/proc/{pid}/stat"))
     if raw is None or stat is None:
         return None
-    kind = kind_of(raw.replace("\0", " "))
+    kind = kind_of(raw.replace("\0", " ")) if raw else ""
     compilers: dict[int, float] = {}
     if kind == "jvm":
         for task in Path(f"/proc/{pid}/task").glob("*"):
@@ -150,7 +151,8 @@ class ProcessCpu(threading.Thread):
         for pid in {*_descendants(self.root_pid), *_brokers()}:
             if (cpu := process_cpu(pid)) is None:
                 continue
-            self._kind.setdefault(pid, cpu.kind)  # an exiting process's command line is empty
+            if cpu.kind or pid not in self._kind:  # as it is now (a launcher execs a JVM),
+                self._kind[pid] = cpu.kind or "other"  # but an exiting process has no name
             base = self._total.get(pid, (cpu.total if first else 0.0, 0.0))[0]
             self._total[pid] = (base, cpu.total)
             for tid, seconds in cpu.compilers.items():
