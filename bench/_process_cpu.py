@@ -67,9 +67,17 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _tasks(pid: int) -> list[Path]:
+    """The threads of process ``pid`` (none once it is gone: processes exit while sampled)."""
+    try:
+        return list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    for task in _tasks(pid):
         text = _read(task / "children")
         if text:
             found += [int(child) for child in text.split()]
@@ -116,7 +124,7 @@ def process_cpu(pid: int) -> Sample | None:
     kind = kind_of(raw.replace("\0", " ")) if raw else ""
     compilers: dict[int, float] = {}
     if kind == "jvm":
-        for task in Path(f"/proc/{pid}/task").glob("*"):
+        for task in _tasks(pid):
             text = _read(task / "stat")
             if text:
                 name, seconds = _cpu_s(text)

@@ -68,3 +68,15 @@ def test_a_child_process_cpu_is_counted_between_the_instants_of_its_run() -> Non
     assert spent["seconds"] >= ended - started
     before = sampler.between(started - 0.25, started - 0.05)
     assert before["driver_python"] < 0.2  # the sampler's own work only
+
+
+def test_a_process_that_is_gone_is_no_error() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # exited and reaped: its /proc entries are gone
+
+    assert process_cpu.process_cpu(child.pid) is None
+    assert process_cpu._descendants(child.pid) == [child.pid]
+    sampler = process_cpu.ProcessCpu(child.pid)
+    sampler.sample()
+    sampler.sample()
+    assert sampler.between(0.0, time.time() + 1)["total"] == 0.0
