@@ -84,8 +84,11 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _descendants(pid: int) -> list[int]:
-    seen, todo = [pid], [pid]
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, theirs, ...), not ``pid`` itself; a process
+    that exits during the walk is left out, not an error."""
+    seen: list[int] = []
+    todo = [pid]
     while todo:
         for child in _children(todo.pop()):
             if child not in seen:
@@ -156,7 +159,7 @@ class ProcessCpu(threading.Thread):
         """Take one sample now. A process or thread seen first after the first sample
         started since: all its CPU counts."""
         first = not self.samples
-        for pid in {*_descendants(self.root_pid), *_brokers()}:
+        for pid in {self.root_pid, *descendants(self.root_pid), *_brokers()}:
             if (cpu := process_cpu(pid)) is None:
                 continue
             if cpu.kind or pid not in self._kind:  # as it is now (a launcher execs a JVM),

@@ -26,29 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _process_cpu import descendants
+
 SHUTDOWN_S = 1.0
 """The job's last seconds, when its workers exit: not sampled for the kept growth."""
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            found += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    seen, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        for child in _children(current):
-            if child not in seen:
-                seen.append(child)
-                todo.append(child)
-    return seen
 
 
 def _is_python_worker(pid: int) -> bool:
@@ -115,7 +96,7 @@ class WorkerMemory(threading.Thread):
 
     def run(self) -> None:
         while not self._stopped.wait(self.interval_s):
-            workers = [pid for pid in _descendants(self.root_pid) if _is_python_worker(pid)]
+            workers = [pid for pid in descendants(self.root_pid) if _is_python_worker(pid)]
             sizes = {pid: _rss_bytes(pid) for pid in workers}
             now = time.monotonic()
             for pid, size in sizes.items():

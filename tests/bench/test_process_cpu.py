@@ -75,7 +75,7 @@ def test_a_process_that_is_gone_is_no_error() -> None:
     child.wait()  # exited and reaped: its /proc entries are gone
 
     assert process_cpu.process_cpu(child.pid) is None
-    assert process_cpu._descendants(child.pid) == [child.pid]
+    assert process_cpu.descendants(child.pid) == []
     sampler = process_cpu.ProcessCpu(child.pid)
     sampler.sample()
     sampler.sample()
