@@ -86,6 +86,8 @@ class WorkerMemory(threading.Thread):
     """(monotonic s, summed worker RSS bytes) per sample."""
     growth_samples: list[int] = field(default_factory=list)
     """Per sample: the workers' RSS above the baseline, summed over those alive then."""
+    sampled_at: list[float] = field(default_factory=list)
+    """Per sample: its epoch seconds (to place the peak among the job's batches)."""
     peak_by_worker: dict[int, int] = field(default_factory=dict)
     by_worker: dict[int, list[tuple[float, int]]] = field(default_factory=dict)
     """Per worker pid: (monotonic s, RSS bytes) per sample."""
@@ -105,6 +107,7 @@ class WorkerMemory(threading.Thread):
             self.samples.append((now, sum(sizes.values())))
             self.growth_samples.append(
                 sum(max(0, size - self.baseline_bytes) for size in sizes.values()))
+            self.sampled_at.append(time.time())
 
     def stop(self) -> None:
         self._stopped.set()
@@ -123,7 +126,8 @@ class WorkerMemory(threading.Thread):
         time (Spark forks a new worker when one exits, e.g. after idling) and of
         peaks at different moments, so it overstates what the machine held.
         ``workers_seen`` lists each worker: when it was first and last seen (s
-        from the first sample) and its peak RSS (MiB).
+        from the first sample) and its peak RSS (MiB); ``peak_growth_epoch_s`` when the
+        peak growth was sampled (epoch s).
 
         ``kept_growth_mib`` is what the workers keep between tasks at the run's end:
         per worker alive then, its lowest RSS in the run's last tenth before the
@@ -156,6 +160,8 @@ class WorkerMemory(threading.Thread):
             ],
             "kept_growth_mib": round(self._kept_growth_bytes() / mib, 1)
             if self.baseline_bytes else None,
+            "peak_growth_epoch_s": self.sampled_at[self.growth_samples.index(
+                max(self.growth_samples))],
         }
 
     def _kept_growth_bytes(self) -> int:

@@ -577,6 +577,65 @@ def fixed_cost(args: argparse.Namespace, root: Path) -> str:
     return "\n".join(lines)
 
 
+def _batch_spans(run: StreamRun) -> list[tuple[int, float, float]]:
+    """(batch id, start, end) of each micro-batch of ``run``, epoch s, by batch id: from
+    the first view's start (its end less its duration) to the last view's end."""
+    spans: dict[int, tuple[float, float]] = {}
+    for batch in run.batches:
+        if batch.get("end_s") is None or batch.get("batch_id") is None:
+            continue
+        start = batch["end_s"] - (batch.get("duration_s") or 0.0)
+        known = spans.get(batch["batch_id"], (start, batch["end_s"]))
+        spans[batch["batch_id"]] = (min(known[0], start), max(known[1], batch["end_s"]))
+    return [(batch_id, start, end) for batch_id, (start, end) in sorted(spans.items())]
+
+
+def peak_moment(run: StreamRun) -> tuple[int | None, str]:
+    """Where the workers' peak growth fell among the run's micro-batches: (the batch it
+    fell in, or the last one that ended before it; None before any) and a description:
+    inside batch ``b``, between two, or after the last one (the end of an
+    ``--available-now`` run: its session close and shutdown)."""
+    at = run.memory.get("peak_growth_epoch_s")
+    spans = _batch_spans(run)
+    if at is None or not spans:
+        return None, "-"
+    for batch_id, start, end in spans:
+        if start <= at <= end:
+            return batch_id, f"in batch {batch_id} of {len(spans)}"
+    ended = [batch_id for batch_id, _, end in spans if end < at]
+    if not ended:
+        return None, "before the first batch"
+    if ended[-1] == spans[-1][0]:
+        return ended[-1], f"{at - spans[-1][2]:.1f} s after the last batch"
+    return ended[-1], f"between batches {ended[-1]} and {ended[-1] + 1}"
+
+
+def state_after_batches(run: StreamRun) -> dict[int, int]:
+    """The state's events (Arrow bytes, all views) held after each micro-batch: a view
+    without a line in a batch (nothing changed for it) holds what it held before."""
+    held: dict[str, int] = {}
+    after: dict[int, int] = {}
+    for batch_id in sorted({b["batch_id"] for b in run.batches if b.get("batch_id") is not None}):
+        for batch in run.batches:
+            if batch.get("batch_id") == batch_id:
+                held[batch["view"]] = batch.get("state_bytes") or 0
+        after[batch_id] = sum(held.values())
+    return after
+
+
+def state_at_peak(run: StreamRun) -> int | None:
+    """The state's events (bytes) the workers held throughout the moment of their peak
+    growth: in batch ``b``, the smaller of the state before it (after ``b - 1``) and after
+    it (both are held during ``b``); outside a batch, the state after the last one before."""
+    batch_id, moment = peak_moment(run)
+    if batch_id is None:
+        return None
+    after = state_after_batches(run)
+    if moment.startswith("in batch") and batch_id - 1 in after:
+        return min(after[batch_id - 1], after[batch_id])
+    return after[batch_id]
+
+
 def memory_table(runs: list[StreamRun], entities: int) -> str:
     """The featureflow runs' state after their last batch and their Python workers' RSS.
 
@@ -584,14 +643,20 @@ def memory_table(runs: list[StreamRun], entities: int) -> str:
     its events (``state_bytes``: key, time and values of every held event, Arrow
     bytes) and its whole footprint, those events plus the frame states and kept
     sessions held beside them (``state_frame_bytes``). Per entity: over the topic's
-    distinct ``entities`` (each view holds state for at most those).
+    distinct ``entities`` (each view holds state for at most those). The peak growth is
+    also set against the state held when it was sampled (:func:`state_at_peak`): the
+    run's last batches close sessions, so the state at the end is smaller than the one
+    the workers held at their peak.
     """
     lines = ["| system | state events | state MiB | bytes / event | frame states MiB "
              "| bytes / entity (events + frames) | workers' peak MiB "
              "| largest worker MiB | first -> last tenth MiB | worker baseline MiB "
              "| kept growth MiB (/ state) | peak growth MiB (/ state) "
-             "| peak growth / (state + frames) | cold partition tasks after batch 0 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| peak growth / (state + frames) | peak growth sampled "
+             "| state held then MiB | peak growth / state held then "
+             "| cold partition tasks after batch 0 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+             "|---|---:|---:|---:|"]  # fmt: skip
     for run in runs:
         if not run.memory.get("samples"):
             continue
@@ -607,6 +672,9 @@ def memory_table(runs: list[StreamRun], entities: int) -> str:
         kept = run.memory.get("kept_growth_mib")
         state_mib = bytes_held / (1 << 20)
         whole_mib = (bytes_held + frame_bytes) / (1 << 20)
+        # the state when the peak was sampled, not at the end: the run's last batches
+        # close sessions and the state shrinks (the peak's own moment is the fair base)
+        then_mib = (state_at_peak(run) or 0) / (1 << 20)
         # a task is cold when its worker did not hold the partition's frame states
         later = [b for b in run.batches if (b.get("batch_id") or 0) > 0]
         tasks = sum(b.get("partitions_run") or 0 for b in later)
@@ -622,6 +690,8 @@ def memory_table(runs: list[StreamRun], entities: int) -> str:
             f"| {'-' if kept is None else f'{kept:,.0f} ({kept / state_mib:.2f}x)'} "
             f"| {growth:,.0f} ({growth / state_mib if state_mib else float('nan'):.2f}x) "
             f"| {growth / whole_mib if whole_mib else float('nan'):.2f}x "
+            f"| {peak_moment(run)[1]} "
+            f"| {'- | -' if not then_mib else f'{then_mib:.0f} | {growth / then_mib:.2f}x'} "
             f"| {f'{cold:,} of {tasks:,} ({cold / tasks:.0%})' if tasks else '-'} |"
         )
     return "\n".join(lines)
