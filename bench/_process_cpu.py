@@ -107,6 +107,27 @@ def _brokers() -> list[int]:
     return found
 
 
+def wait_for_idle_broker(below_cores: float = 0.1, quiet_s: float = 3, limit_s: float = 120
+                         ) -> float:  # fmt: skip
+    """Wait until the Kafka broker uses less than ``below_cores`` of CPU for ``quiet_s``
+    seconds in a row (its compiler threads done with what a read queued), at most
+    ``limit_s``; returns the seconds waited."""
+    started = time.monotonic()
+    quiet = 0
+
+    def spent() -> float:
+        samples = [process_cpu(pid) for pid in _brokers()]
+        return sum(sample.total for sample in samples if sample is not None)
+
+    before = spent()
+    while quiet < quiet_s and time.monotonic() - started < limit_s:
+        time.sleep(1.0)
+        now = spent()
+        quiet = quiet + 1 if now - before < below_cores else 0
+        before = now
+    return time.monotonic() - started
+
+
 @dataclass(frozen=True)
 class Sample:
     """One process's CPU seconds at one instant."""
