@@ -14,8 +14,6 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _module(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -24,8 +22,16 @@ def _module(name: str) -> ModuleType:
     return module
 
 
-stream = _module("stream")
-worker_memory = _module("_worker_memory")
+# The benchmarks import their helpers from bench/ (stream.py puts it first on sys.path
+# itself); put sys.path back after loading them, or bench/backfill.py would shadow the
+# tests' own backfill package for every test collected later.
+_PATH = list(sys.path)
+sys.path.insert(0, str(BENCH))
+try:
+    stream = _module("stream")
+    worker_memory = _module("_worker_memory")
+finally:
+    sys.path[:] = _PATH
 
 MIB = 1 << 20
 
