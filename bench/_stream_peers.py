@@ -64,8 +64,7 @@ class StreamRun:
         timed = [b for b in self.batches if b.get("end_s") is not None]
         if not timed:
             return None
-        return (min(b["end_s"] - (b.get("duration_s") or 0.0) for b in timed),
-                max(b["end_s"] for b in timed))  # fmt: skip
+        return min(batch_start_s(b) for b in timed), max(b["end_s"] for b in timed)
 
     @property
     def steady_events_per_s(self) -> float | None:
@@ -85,6 +84,12 @@ class StreamRun:
         seconds = ordered[-1][0] - ordered[0][0]
         later = sum(records for _, records in ordered[1:])
         return later / seconds if seconds > 0 else None
+
+
+def batch_start_s(batch: dict[str, Any]) -> float:
+    """Epoch seconds a micro-batch line started: its end (``end_s``) less its duration
+    (``duration_s``, 0 when absent). The one rule for a batch's start."""
+    return float(batch["end_s"]) - (batch.get("duration_s") or 0.0)
 
 
 def _instant(timestamp: str) -> float:

@@ -77,6 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _process_cpu import ProcessCpu, wait_for_idle_broker  # noqa: E402
 from _stream_peers import (  # noqa: E402
     StreamRun,
+    batch_start_s,
     run_feast,
     run_parse_floor,
     run_read_floor,
@@ -270,12 +271,15 @@ def warm_broker(bootstrap: str, topic: str, events: int) -> tuple[float, str]:
 
     The broker is a JVM too: the first system to read a freshly produced topic pays for
     HotSpot compiling the broker's fetch path (~6 CPU-s of a 10 M run, measured with
-    ``_process_cpu``), which the later systems do not. One untimed read first gives every
-    timed run the same warm broker. It reads with the Java client, as Spark's Kafka
-    source does (Kafka's own ``ConsumerPerformance``, from the broker's jars): a read by
-    librdkafka (Python's client) warmed other paths and left featureflow's run, the
-    first, with 19.7 CPU-s of the broker's against 13.7 in the run after it. Then it
-    waits for the broker to go idle: HotSpot compiles what the read queued after it.
+    ``_process_cpu``), which the later systems do not. One untimed read first takes part
+    of that off the first timed run, not all: measured per broker thread, its C2
+    compiler still spent 4.1-4.4 CPU-s in the first timed run against 0.8 in the next
+    (6.4 against 0.7 without it); what is left is code a plain read does not reach
+    (Spark's source assigning, seeking and listing offsets each trigger). It reads with
+    the Java client, as Spark's Kafka source does (Kafka's own ``ConsumerPerformance``,
+    from the broker's jars): a read by librdkafka (Python's client) warmed other paths
+    and did not move the first run's broker CPU. Then it waits for the broker to go
+    idle: HotSpot compiles what the read queued after it.
     """
     from featureflow.infra import maven
 
@@ -591,7 +595,7 @@ def _batch_spans(run: StreamRun) -> list[tuple[int, float, float]]:
     for batch in run.batches:
         if batch.get("end_s") is None or batch.get("batch_id") is None:
             continue
-        start = batch["end_s"] - (batch.get("duration_s") or 0.0)
+        start = batch_start_s(batch)
         known = spans.get(batch["batch_id"], (start, batch["end_s"]))
         spans[batch["batch_id"]] = (min(known[0], start), max(known[1], batch["end_s"]))
     return [(batch_id, start, end) for batch_id, (start, end) in sorted(spans.items())]
@@ -630,11 +634,12 @@ def state_after_batches(run: StreamRun) -> dict[int, int]:
     return after
 
 
-def state_at_peak(run: StreamRun) -> int | None:
+def state_at_peak(run: StreamRun, placed: tuple[int | None, str] | None = None) -> int | None:
     """The state's events (bytes) the workers held throughout the moment of their peak
     growth: in batch ``b``, the smaller of the state before it (after ``b - 1``) and after
-    it (both are held during ``b``); outside a batch, the state after the last one before."""
-    batch_id, moment = peak_moment(run)
+    it (both are held during ``b``); outside a batch, the state after the last one before.
+    ``placed``: :func:`peak_moment`'s answer when the caller already has it."""
+    batch_id, moment = placed or peak_moment(run)
     if batch_id is None:
         return None
     after = state_after_batches(run)
@@ -681,7 +686,8 @@ def memory_table(runs: list[StreamRun], entities: int) -> str:
         whole_mib = (bytes_held + frame_bytes) / (1 << 20)
         # the state when the peak was sampled, not at the end: the run's last batches
         # close sessions and the state shrinks (the peak's own moment is the fair base)
-        then_mib = (state_at_peak(run) or 0) / (1 << 20)
+        placed = peak_moment(run)
+        then_mib = (state_at_peak(run, placed) or 0) / (1 << 20)
         # a task is cold when its worker did not hold the partition's frame states
         later = [b for b in run.batches if (b.get("batch_id") or 0) > 0]
         tasks = sum(b.get("partitions_run") or 0 for b in later)
@@ -697,7 +703,7 @@ def memory_table(runs: list[StreamRun], entities: int) -> str:
             f"| {'-' if kept is None else f'{kept:,.0f} ({kept / state_mib:.2f}x)'} "
             f"| {growth:,.0f} ({growth / state_mib if state_mib else float('nan'):.2f}x) "
             f"| {growth / whole_mib if whole_mib else float('nan'):.2f}x "
-            f"| {peak_moment(run)[1]} "
+            f"| {placed[1]} "
             f"| {'- | -' if not then_mib else f'{then_mib:.0f} | {growth / then_mib:.2f}x'} "
             f"| {f'{cold:,} of {tasks:,} ({cold / tasks:.0%})' if tasks else '-'} |"
         )
