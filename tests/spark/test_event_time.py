@@ -53,8 +53,14 @@ def _records(draw: st.DrawFn) -> list[dict[str, Any]]:
     return rows
 
 
-def _in_spark(spark: Any, table: pa.Table, late: int | None, future: int) -> pa.Table:
+def _in_spark(
+    spark: Any, table: pa.Table, late: int | None, future: int, *, staged: bool = False
+) -> pa.Table:
+    """The rules in Spark; ``staged``: behind an exchange, as the job's batch is (Spark
+    would otherwise evaluate the projection of local rows on the driver, without code)."""
     frame = spark.createDataFrame(table)  # from Arrow: int64 stays exact (pandas: float64)
+    if staged:
+        frame = frame.repartition(1)
     out = without_unneeded_bytes(mark_event_time(frame, TIMESTAMP_FIELD, late, future)).toArrow()
     return out.select(SCHEMA.names).cast(SCHEMA).sort_by("user_id")
 
@@ -107,3 +113,32 @@ def test_the_rules_in_order() -> None:
     assert marked.column("value").to_pylist() == [b"v", None, b"v", b"v", None, None]
     unwatermarked = mark_event_time_collected(table, "ts", None, 90)
     assert unwatermarked.column(ERROR_REASON).to_pylist()[:3] == [FUTURE_REASON, None, None]
+
+
+def _compilations(spark: Any) -> int:
+    """Classes Spark's code generator has compiled in this JVM so far (Janino compiles)."""
+    codegen = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(codegen.METRIC_COMPILATION_TIME().getCount())
+
+
+def test_new_thresholds_reuse_the_generated_code(spark: Any) -> None:
+    """A batch's thresholds change every batch; Spark must not generate and compile its
+    stage again for each (long literals are inlined into generated code: new classes,
+    compiled by Janino and then by the JIT, every batch). Only the first batch with a
+    watermark (a second rule) may compile."""
+    rows = [{"user_id": i, EVENT_NS: BASE_NS + i, "key": b"k", "value": b"v",
+             ERROR_FIELD: None, ERROR_REASON: None} for i in range(4)]  # fmt: skip
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    marked = [
+        _in_spark(spark, table, None, BASE_NS + 9, staged=True),
+        _in_spark(spark, table, BASE_NS, BASE_NS + 9, staged=True),
+    ]
+    compiled = _compilations(spark)
+    for shift in range(1, 4):  # later batches: the watermark and the clock move on
+        marked.append(_in_spark(spark, table, BASE_NS + shift, BASE_NS + 1 + shift, staged=True))
+    assert _compilations(spark) == compiled
+    # and the thresholds were applied, batch by batch: late below, future above
+    reasons = [batch.column(ERROR_REASON).to_pylist() for batch in marked]
+    assert reasons[0] == [None] * 4
+    assert reasons[2] == [LATE_REASON, None, None, FUTURE_REASON]
+    assert reasons[4] == [LATE_REASON, LATE_REASON, LATE_REASON, None]
