@@ -68,15 +68,16 @@ def mark_event_time(
     """
     from pyspark.sql import functions as F
 
-    values = f"{future_after_ns}L" if late_before_ns is None else (
-        f"{future_after_ns}L, {late_before_ns}L")  # fmt: skip
-    names = FUTURE_AFTER if late_before_ns is None else f"{FUTURE_AFTER}, {LATE_BEFORE}"
+    thresholds_ns = {FUTURE_AFTER: future_after_ns}
+    breaks: list[tuple[Column, str]] = [(F.col(EVENT_NS) > F.col(FUTURE_AFTER), FUTURE_REASON)]
+    if late_before_ns is not None:
+        thresholds_ns[LATE_BEFORE] = late_before_ns
+        breaks.append((F.col(EVENT_NS) < F.col(LATE_BEFORE), LATE_REASON))
+    values = ", ".join(f"{threshold}L" for threshold in thresholds_ns.values())
+    names = ", ".join(thresholds_ns)
     thresholds = batch.sparkSession.sql(f"SELECT * FROM VALUES ({values}) AS t({names})")
     batch = batch.crossJoin(F.broadcast(thresholds))
     usable = F.col(ERROR_REASON).isNull()
-    breaks: list[tuple[Column, str]] = [(F.col(EVENT_NS) > F.col(FUTURE_AFTER), FUTURE_REASON)]
-    if late_before_ns is not None:
-        breaks.append((F.col(EVENT_NS) < F.col(LATE_BEFORE), LATE_REASON))
     reason: Column = F.col(ERROR_REASON)
     for condition, text in reversed(breaks):  # so the first rule wins
         reason = F.when(usable & condition, F.lit(text)).otherwise(reason)
