@@ -258,39 +258,28 @@ def produce_events(
     return time.monotonic() - started, len(np.unique(generated.user_id))
 
 
-WARM_FETCH_BYTES = 64 << 10
-"""The warm-up read's bytes per partition fetch: small, so that the broker handles enough
-fetch requests (~14 k for 10 M events) for HotSpot to compile their path; at the default
-1 MiB (~900 requests) its C2 compiler still spent 6.4 CPU-s in the first timed run
-against 0.7 in the next."""
-
-
-def warm_broker(bootstrap: str, topic: str, events: int) -> tuple[float, str]:
-    """Read ``topic``'s ``events`` records once and drop them; returns (seconds, Kafka's
+def warm_broker(bootstrap: str, topic: str, max_offsets_per_trigger: int) -> tuple[float, str]:
+    """Read ``topic`` once through Spark's Kafka source, untimed; returns (seconds, a
     report of the read).
 
     The broker is a JVM too: the first system to read a freshly produced topic pays for
-    HotSpot compiling the broker's fetch path (~6 CPU-s of a 10 M run, measured with
-    ``_process_cpu``), which the later systems do not. One untimed read first takes part
-    of that off the first timed run, not all: measured per broker thread, its C2
-    compiler still spent 4.1-4.4 CPU-s in the first timed run against 0.8 in the next
-    (6.4 against 0.7 without it); what is left is code a plain read does not reach
-    (Spark's source assigning, seeking and listing offsets each trigger). It reads with
-    the Java client, as Spark's Kafka source does (Kafka's own ``ConsumerPerformance``,
-    from the broker's jars): a read by librdkafka (Python's client) warmed other paths
-    and did not move the first run's broker CPU. Then it waits for the broker to go
-    idle: HotSpot compiles what the read queued after it.
+    HotSpot compiling the broker's request paths, which the later systems do not. The
+    warm-up must reach the paths the timed runs reach: Spark's Kafka source asks the
+    broker for each partition's earliest and latest offsets after every poll (its
+    ``InternalKafkaConsumer.fetch``), so a plain consumer's read (Kafka's own
+    ``ConsumerPerformance``, used before) left the ``ListOffsets`` path to the first
+    timed run: per 10 s snapshot of the broker's compiled methods (``jcmd
+    Compiler.codelist``), featureflow's run then C2-compiled 257 broker methods,
+    ``ListOffsets`` among the most, against 100 in ``window()``'s run after it. This
+    reads as the read floor does (``_warm_broker.py``, a JVM of its own, so the timed
+    runs start as they would without it), then waits for the broker to go idle:
+    HotSpot compiles what the read queued after it.
     """
-    from featureflow.infra import maven
-
-    classpath = ":".join(str(jar) for jar in maven.fetch(maven.kafka_broker_bundle()))
     started = time.monotonic()
     done = subprocess.run(
-        [shutil.which("java") or "java", "-Xmx512m", "-cp", classpath,
-         "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
-         "--topic", topic, "--messages", str(events), "--timeout", "120000",
-         "--fetch-size", str(WARM_FETCH_BYTES)],
-        capture_output=True, text=True, timeout=600, check=True,
+        [sys.executable, str(Path(__file__).resolve().parent / "_warm_broker.py"),
+         bootstrap, topic, str(max_offsets_per_trigger)],
+        capture_output=True, text=True, timeout=900, check=True,
     )  # fmt: skip
     read_s = time.monotonic() - started
     settled_s = wait_for_idle_broker()
@@ -785,7 +774,7 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
     produce_s, entities = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
     print(f"produced {args.events:,} events ({args.users:,} users) to {topic} in {produce_s:.0f} s")
-    warm_s, report = warm_broker(args.bootstrap, topic, args.events)
+    warm_s, report = warm_broker(args.bootstrap, topic, args.max_offsets_per_trigger)
     print(f"read the topic once in {warm_s:.0f} s (broker warm-up, not timed): {report}")
     offsets = args.max_offsets_per_trigger
     runs: list[StreamRun] = []
