@@ -290,15 +290,21 @@ def run_spark_window(
 def kafka_records(
     spark: SparkSession, bootstrap: str, topic: str, max_offsets_per_trigger: int
 ) -> DataFrame:
-    """The topic's raw records from the earliest offset, ``max_offsets_per_trigger`` a batch."""
-    return (
+    """The topic's raw records from the earliest offset, ``max_offsets_per_trigger`` a batch,
+    read with the Kafka client settings of the job (and so of every peer that reads through
+    :func:`parsed_topic`)."""
+    from featureflow.spark.kafka_source import kafka_read_options
+
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-        .load()
     )
+    for key, value in kafka_read_options({}).items():
+        reader = reader.option(key, value)
+    return reader.load()
 
 
 def run_into_noop(frame: DataFrame, checkpoint: Path, system: str) -> StreamRun:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from featureflow.columns import EVENT_NS
 from featureflow.errors import JobError, RepoError
 from featureflow.repo import StreamViewSpec
+from featureflow.spark.kafka_source import kafka_read_options
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, parse_events, with_first_failing
 
 if TYPE_CHECKING:
@@ -136,8 +137,8 @@ def read_kafka(
         .option("endingOffsets", "latest")
         .option("failOnDataLoss", "false")
     )
-    for key, value in (kafka_options or {}).items():
-        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+    for key, value in kafka_read_options(kafka_options or {}).items():
+        reader = reader.option(key, value)
     parsed = parse_events(reader.load(), spec)
     where = F.format_string("%s[%d]@%d", "topic", "partition", "offset")
     error = F.col(ERROR_REASON)

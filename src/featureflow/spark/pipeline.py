@@ -50,6 +50,7 @@ from featureflow.spark.event_time import (
     without_unneeded_bytes,
     without_unneeded_bytes_collected,
 )
+from featureflow.spark.kafka_source import kafka_read_options
 from featureflow.spark.metrics import (
     BatchReport,
     PrometheusExporter,
@@ -244,8 +245,8 @@ def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions
         reader = reader.option("maxOffsetsPerTrigger", str(options.max_offsets_per_trigger))
     for key, value in options.source_options.items():
         reader = reader.option(key, value)
-    for key, value in options.kafka_options.items():
-        reader = reader.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
+    for key, value in kafka_read_options(options.kafka_options).items():
+        reader = reader.option(key, value)
     return reader.load()
 
 
