@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from featureflow.spark.kafka_source import kafka_client_options
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
 if TYPE_CHECKING:
@@ -64,12 +65,11 @@ def write_dead_letters(
     bad_records: DataFrame, bootstrap: str, topic: str, kafka_options: dict[str, str]
 ) -> None:
     """Append the dead letters of ``bad_records`` to ``topic`` (created by the broker if needed)."""
-    writer = (
+    (
         dead_letters(bad_records)
         .write.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
+        .options(**kafka_client_options(kafka_options))
+        .save()
     )
-    for key, value in kafka_options.items():
-        writer = writer.option(key if key.startswith("kafka.") else f"kafka.{key}", value)
-    writer.save()

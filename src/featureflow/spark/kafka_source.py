@@ -1,5 +1,5 @@
-"""Kafka client settings of the project's reads through Spark's Kafka source (the stream
-job's and the backfill's).
+"""Kafka client settings the project hands to Spark's Kafka source (the stream job's and
+the backfill's reads) and sink (the dead-letter writer).
 
 Spark's Kafka source (4.2) asks the broker for a partition's earliest and latest
 offsets after every poll of an executor's consumer (``InternalKafkaConsumer.fetch``
@@ -21,10 +21,18 @@ MAX_POLL_RECORDS = 20_000
 """Records one poll of an executor's consumer may return (Kafka's default: 500)."""
 
 
+def kafka_client_options(kafka_options: Mapping[str, str]) -> dict[str, str]:
+    """The user's ``--kafka-option``s (prefix optional) as Spark's source and sink take
+    them: each key prefixed with ``kafka.`` unless it already is."""
+    return {
+        key if key.startswith("kafka.") else f"kafka.{key}": value
+        for key, value in kafka_options.items()
+    }
+
+
 def kafka_read_options(kafka_options: Mapping[str, str]) -> dict[str, str]:
     """The ``kafka.``-prefixed client settings of a read: the project's defaults, then
     ``kafka_options`` (the user's ``--kafka-option``s, prefix optional), which win."""
-    options = {"kafka.max.poll.records": str(MAX_POLL_RECORDS)}
-    for key, value in kafka_options.items():
-        options[key if key.startswith("kafka.") else f"kafka.{key}"] = value
-    return options
+    return {"kafka.max.poll.records": str(MAX_POLL_RECORDS)} | kafka_client_options(
+        kafka_options
+    )
