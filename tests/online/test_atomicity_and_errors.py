@@ -93,8 +93,18 @@ def test_sqlite_failure_in_any_pipelined_block_writes_nothing(
     assert (stats.written, stats.skipped) == (200, 0)
 
 
-def test_redis_failure_mid_batch_leaves_each_entity_old_or_new(tmp_path: Path,
-                                                               redis_url: str) -> None:
+@pytest.mark.parametrize("restore", [False, True])
+def test_redis_failure_mid_batch_leaves_each_entity_old_or_new(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch, restore: bool,
+) -> None:
+    """A key in the middle of the batch is not a hash. The checked HSET path (``RESTORE``
+    off) fails at its chunk: chunks before it are written, it and those after are not.
+    With ``RESTORE``, the replacing path's reads find the key unlike the write and leave
+    it alone, every other entity is replaced, and the checked path then reports the key.
+    Either way each entity is all old or all new."""
+    import featureflow.online.redis as redis_writer
+
+    monkeypatch.setattr(redis_writer, "RESTORE", restore)
     store = redis_store(tmp_path, redis_url, features=FEATURES)
     n = 3 * CHUNK
     write(store, VIEW, _table(range(n), 1_000, 1.0))
@@ -102,7 +112,7 @@ def test_redis_failure_mid_batch_leaves_each_entity_old_or_new(tmp_path: Path,
     poisoned = sorted(old)[len(old) // 2]  # an entity in the middle of the batch
     client = redis_client(store)
     client.delete(poisoned)
-    client.set(poisoned, b"not a hash")  # HGET in the script fails with WRONGTYPE
+    client.set(poisoned, b"not a hash")  # its reads and HMGET fail with WRONGTYPE
     with pytest.raises(OnlineStoreError, match="WRONGTYPE"):
         write(store, VIEW, _table(range(n), 2_000, 2.0))
     client.delete(poisoned)
@@ -115,7 +125,10 @@ def test_redis_failure_mid_batch_leaves_each_entity_old_or_new(tmp_path: Path,
     for fields in after.values():
         assert fields in (old_fields, new_hash), "an entity mixes old and new features"
         n_new += fields == new_hash
-    assert 0 < n_new < n - 1  # the fault really hit mid-batch: some written, some not
+    if restore:
+        assert n_new == n - 1  # all but the key that is not a hash
+    else:
+        assert 0 < n_new < n - 1  # the fault really hit mid-batch: some written, some not
 
 
 def test_unknown_store_falls_back_to_feast_with_a_log_line(
@@ -196,6 +209,34 @@ def test_redis_concurrent_newer_write_is_not_overwritten(
     monkeypatch.setattr(redis_writer, "RESTORE", False)  # HSET for every entity
     stats = write(store, VIEW, _table(range(3), 5_000, 5.0))
     assert len(calls) == 3  # our first decision, the racing write's, our retry
+    assert (stats.written, stats.skipped) == (2, 1)
+    assert read(store, [0, 1, 2], ["amount"])["amount"] == [5.0, 9.0, 5.0]
+
+
+def test_redis_replacement_yields_to_a_writer_between_its_read_and_its_exec(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fault injection: another writer stores a newer event for entity 1 after the
+    replacing path (RESTORE ... REPLACE) read and decided its chunk, before its EXEC.
+    WATCH aborts that EXEC: the newer row survives, and the checked path writes the
+    chunk's other entities."""
+    import featureflow.online.redis as redis_writer
+
+    store = redis_store(tmp_path, redis_url, features=FEATURES)
+    write(store, VIEW, _table(range(3), 1_000, 1.0))  # every entity exists
+    real_decide = redis_writer._LayoutCheck.decide
+    calls: list[int] = []
+
+    def decide_then_race(self, chunk, replies):  # type: ignore[no-untyped-def]
+        keep = real_decide(self, chunk, replies)
+        calls.append(1)
+        if len(calls) == 1:  # the concurrent writer, on its own connection
+            write(store, VIEW, _table(range(1, 2), 9_000, 9.0))
+        return keep
+
+    monkeypatch.setattr(redis_writer._LayoutCheck, "decide", decide_then_race)
+    stats = write(store, VIEW, _table(range(3), 5_000, 5.0))
+    assert len(calls) == 2  # our chunk's decision, the racing write's
     assert (stats.written, stats.skipped) == (2, 1)
     assert read(store, [0, 1, 2], ["amount"])["amount"] == [5.0, 9.0, 5.0]
 

@@ -86,6 +86,44 @@ def test_timestamp_protos_are_protobufs(micros: list[int]) -> None:
     assert ours == theirs
 
 
+_SECONDS = st.one_of(
+    st.integers(-62_135_596_800, 253_402_300_799),  # 0001 .. 9999
+    st.integers(2**28 - 2, 2**35 + 1),  # the era read in numpy, and its edges
+    st.sampled_from([0, 1, 127, 128, 2**28, 1_796_000_000, 2**35 - 1, -1]),
+)
+_NANOS = st.one_of(st.integers(0, 999_999_999),
+                   st.sampled_from([0, 1, 127, 128, 2**14, 2**21 - 1, 2**21, 2**28, 999_999_999]))
+
+
+@given(st.lists(st.one_of(
+    st.none(),
+    st.lists(st.tuples(_SECONDS, _NANOS), min_size=1, max_size=2),  # 2: merged messages
+    st.binary(max_size=14),  # anything else a hash field may hold
+), max_size=30))
+def test_stored_timestamps_read_as_protobuf_reads_them(
+        stored: list[list[tuple[int, int]] | bytes | None]) -> None:
+    """Every serialised Timestamp, in the canonical form or not (two serialisations back
+    to back are one message, the last value winning), reads as protobuf parses it; other
+    bytes either read so too or are not readable, never a different time."""
+    messages = [b"".join(Timestamp(seconds=s, nanos=n).SerializeToString() for s, n in item)
+                if isinstance(item, list) else item for item in stored]
+    seconds, nanos, readable = E.decode_timestamps(messages)
+    for i, (item, message) in enumerate(zip(stored, messages, strict=True)):
+        if message is None:
+            assert not readable[i]
+            continue
+        parsed = Timestamp()
+        try:
+            parsed.ParseFromString(message)
+        except Exception:  # not a message: protobuf refuses it
+            assert not readable[i], message.hex()
+            continue
+        if isinstance(item, list):
+            assert readable[i], message.hex()
+        if readable[i]:
+            assert (seconds[i], nanos[i]) == (parsed.seconds, parsed.nanos), message.hex()
+
+
 @given(st.data())
 def test_values_and_texts_are_feasts_for_every_type(data: st.DataObject) -> None:
     name = data.draw(st.sampled_from(sorted(FEATURES)))

@@ -177,7 +177,7 @@ def test_mixed_batch_restores_only_absent_entities(tmp_path: Path, redis_url: st
     stats = write(store, VIEW, _table(list(range(200)), 6_000, 2.0))
     assert (stats.written, stats.skipped) == (199, 1)
     assert calls("restore") == 199  # 99 absent (the odd ids but 1), 100 older (the even)
-    assert calls("hset") == 0  # id 1 was decided in the script, as stale
+    assert calls("hset") == 0  # id 1: left by the replacing check, then decided stale
     got = read(store, list(range(200)), ["amount", "count"])
     assert got["amount"] == [1.0 + 1 if i == 1 else 2.0 + i for i in range(200)]
     assert got["count"] == [9_000 if i == 1 else 6_000 for i in range(200)]
@@ -348,7 +348,7 @@ def test_refused_payloads_fall_back_to_hset_and_the_server_is_probed_again(
     store = acl.store
     since = acl.since()  # the probe passes: new entities are restored
     assert write(store, VIEW, _table(list(range(100, 110)), 1_000, 0.5)).written == 10
-    assert since("restore") == 2 + 10  # the probe's RESTORE and its script's; the entities'
+    assert since("restore") == 2 + 10  # the probe's RESTORE and REPLACE; the entities'
     assert since("hset") == 1  # the probe's
 
     acl.admin.execute_command("ACL", "SETUSER", acl.user, "-restore")
@@ -442,7 +442,7 @@ def test_refused_replacements_fall_back_to_hset_and_the_server_is_probed_again(
     acl_store: Callable[[str], _AclStore], monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Existing hashes whose RESTORE ... REPLACE the server refuses inside the script (the
+    """Existing hashes whose RESTORE ... REPLACE the server refuses in the transaction (the
     RESTORE right revoked after the probe passed): every entity still lands, by HSET,
     with one warning naming the refusal, and the next write probes the server again."""
     monkeypatch.setattr(redis_writer, "_refusals", set())
@@ -463,7 +463,7 @@ def test_refused_replacements_fall_back_to_hset_and_the_server_is_probed_again(
     assert since("restore:rejected") == 10
     assert since("hset") == 10
     assert caplog.text.count("refused a RESTORE ... REPLACE") == 1
-    assert "can't run this command" in caplog.text  # the server's own reason
+    assert "no permissions to run the 'restore' command" in caplog.text  # the server's reason
     assert read(store, ids, ["amount"])["amount"] == [2.5 + i for i in ids]
 
     since = acl.since()
@@ -475,17 +475,17 @@ def test_refused_replacements_fall_back_to_hset_and_the_server_is_probed_again(
 
 
 @pytest.mark.parametrize("denied", ["-hlen", "-pttl"])
-def test_user_whose_scripts_may_not_check_the_layout_gets_hset(
+def test_user_who_may_not_run_the_layout_checks_gets_hset(
     acl_store: Callable[[str], _AclStore], denied: str,
 ) -> None:
-    """A user who may RESTORE but whose scripts may not run the replacing script's checks
-    (``HLEN``, ``PTTL``) fails the probe's run of that script: every entity, new or
-    existing, goes by HSET, and the writer does not probe again."""
+    """A user who may RESTORE but not run the replacing path's checks (``HLEN``, ``PTTL``)
+    fails the probe's run of them: every entity, new or existing, goes by HSET, and the
+    writer does not probe again."""
     acl = acl_store(denied)
     store = acl.store
     since = acl.since()
     assert write(store, VIEW, _table(list(range(10)), 1_000, 0.5)).written == 10
-    assert since("restore") == 1  # the probe's own; its script was refused
+    assert since("restore") == 1  # the probe's own; its checks were refused
     assert since("hset") == 1 + 10
     since = acl.since()
     assert write(store, VIEW, _table(list(range(10)), 2_000, 1.5)).written == 10

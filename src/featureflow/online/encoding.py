@@ -327,6 +327,77 @@ def timestamp_protos(micros: I64) -> B.Packed:
     ])
 
 
+def decode_timestamps(stored: Sequence[bytes | None]) -> tuple[I64, I64, BoolArray]:
+    """(seconds, nanos, readable) of serialised ``google.protobuf.Timestamp`` messages, as
+    protobuf reads them (a field repeated, e.g. two serialisations back to back: the last
+    value wins; a missing field: 0). ``readable`` is False, and both numbers 0, for
+    ``None`` and for bytes that are not such a message."""
+    seconds, nanos, readable = _canonical_timestamps(stored)
+    for i in np.flatnonzero(~readable).tolist():
+        value = stored[i]
+        decoded = _decode_timestamp(value) if value is not None else None
+        if decoded is not None:
+            seconds[i], nanos[i] = decoded
+            readable[i] = True
+    return seconds, nanos, readable
+
+
+def _decode_timestamp(message: bytes) -> tuple[int, int] | None:
+    """(seconds, nanos) of one serialised ``Timestamp`` (int64 and int32 varints, negative
+    ones in ten bytes); ``None`` for any other field, wire type or a truncated varint."""
+    seconds = nanos = 0
+    at = 0
+    while at < len(message):
+        tag = message[at]
+        value, shift, at = 0, 0, at + 1
+        while True:
+            if at >= len(message) or shift > 63:
+                return None
+            byte = message[at]
+            value |= (byte & 127) << shift
+            at, shift = at + 1, shift + 7
+            if byte < 128:
+                break
+        value &= (1 << 64) - 1
+        value -= (1 << 64) if value >> 63 else 0
+        if tag == 8:
+            seconds = value
+        elif tag == 16:
+            nanos = value
+        else:
+            return None
+    return seconds, nanos
+
+
+def _canonical_timestamps(stored: Sequence[bytes | None]) -> tuple[I64, I64, BoolArray]:
+    """:func:`decode_timestamps` in numpy, for the canonical form of times from 1978-07-05
+    to 3058-08-26 (2^28 <= seconds < 2^35) alone: tag 8, five varint bytes of seconds,
+    then tag 16 and the nanos' varint (at most 5 bytes), or no nanos, as
+    :func:`timestamp_protos` and protobuf's serialiser write them. Every other form reads
+    as not readable (0, 0)."""
+    n = len(stored)
+    values = [b"" if v is None else v for v in stored] if None in stored else stored
+    lengths = np.fromiter(map(len, values), np.int64, n)  # type: ignore[arg-type]
+    # numpy's fixed-width bytes pad with zeros (and cut what is longer: not canonical)
+    cells = np.array(values, dtype="S12").view(np.uint8).reshape(n, 12).astype(np.int64)
+    high = cells >= 128
+    # seconds: tag 8, then bytes 1-4 continue and byte 5 ends the varint
+    readable = ((cells[:, 0] == 8) & high[:, 1:5].all(axis=1) & ~high[:, 5]
+                & ((lengths == 6) | ((lengths >= 8) & (lengths <= 12) & (cells[:, 6] == 16))))
+    seconds = (cells[:, 1:6] & 127) @ _VARINT_SCALE
+    # nanos: bytes 7 .. length - 1, each but the last continuing the varint
+    inside = _NANOS_AT[None, :] < lengths[:, None]
+    last = _NANOS_AT[None, :] == lengths[:, None] - 1
+    readable &= (~inside | (high[:, 7:] != last)).all(axis=1)
+    nanos = ((cells[:, 7:] & 127) * inside) @ _VARINT_SCALE
+    return np.where(readable, seconds, 0), np.where(readable, nanos, 0), readable
+
+
+_VARINT_SCALE = 128 ** np.arange(5, dtype=np.int64)
+"""The weights of a five-byte varint's 7-bit groups."""
+_NANOS_AT = np.arange(7, 12, dtype=np.int64)
+
+
 def utc_datetime(micros: int) -> datetime:
     """A UTC ``datetime`` from microseconds since the epoch."""
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)

@@ -45,20 +45,23 @@ Redis 7.0, 100 k new entities of 19 fields: 0.17-0.25 s of server CPU against
 the floor's; a stream's steady state (every sampled key exists) pays one ``EXISTS``
 round trip per write.
 
-Existing entities next (``RESTORE``, :func:`_replace_existing`): one :data:`LUA_REPLACE`
-call per ``CHUNK`` keys carries each entity's new event times, its payload's field count
-and the payload, and replaces the hash by ``RESTORE ... REPLACE`` only where that leaves
-exactly what ``HSET`` of the same fields would: no view's stored ``_ts`` newer than its
-row, no ``_ts`` of a view without a row, as many fields stored as the payload holds, and
-(no TTL to set) no TTL on the key. The check and the replacement of an entity happen in
-one script, so no other client comes between them. Every other entity (a stale row,
-fields of other views or of removed features, a TTL to keep) takes the checked path
-above. Each payload is one Lua string: the values never pass through Lua one by one
-(the cost of that is below). Measured on Redis 7.0, 100 k updates of 19 fields on the
-loaded 2-vCPU machine, same minutes: 0.83-0.89 s of server CPU against 1.42-1.68 s for
-the checked path (client CPU 0.62-0.78 s against 0.52-0.60 s); per entity in the script,
-``RESTORE`` 1.1 µs, ``HLEN`` 0.9, ``HMGET`` 0.2, ``PTTL`` 0.1, the rest (Lua and its
-arguments) ~5.7.
+Existing entities next (``RESTORE``, :func:`_replace_existing`): per ``CHUNK`` keys,
+``WATCH`` them and read natively what decides whether ``RESTORE ... REPLACE`` of an
+entity's payload leaves exactly what ``HSET`` of the same fields would (``HLEN``, ``PTTL``,
+every view's stored ``_ts``); the client decides (no view's stored ``_ts`` newer than its
+row, no ``_ts`` of a view without a row, as many fields stored as the payload holds, no
+TTL to keep) and sends the kept entities' ``RESTORE ... REPLACE`` in one ``MULTI``/``EXEC``,
+which does nothing if another client touched a watched key in between. Every other
+entity (a stale row, fields of other views or of removed features, a TTL to keep, a
+chunk another client touched) takes the checked path above. Measured on Redis 7.0, 100 k
+updates of 19 fields, 2026-12-06 (``bench/online_write.py``, alternating runs): the
+server's CPU 0.67-0.91x that of plain ``HSET``s of the same fields and the write's time
+0.86-1.15x theirs, against 1.10-1.49x and 1.16-1.58x when one Lua script per chunk made
+the same check and ``RESTORE`` (each ``redis.call`` from Lua costs the server more than
+the native command, and every payload became a Lua string first). The client's CPU for
+the write rose from ~0.27 s to ~0.65 s (the replies: ~4 per entity, read by hiredis
+without Python per reply; the stored times decoded in numpy per chunk); the two
+together cost less than before (~1.4 s against ~1.55 s).
 
 Several views at once (``write_views``, the stream job's one write per topic): each
 entity gets one ``HSET`` holding the fields of every view with a row for it; the Lua
@@ -101,6 +104,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import operator
 import socket
 import threading
 import uuid
@@ -245,55 +249,6 @@ return flags
 the client gets one byte per decision instead of the stored timestamps to decode
 (measured: decoding them in numpy, chunk by chunk, was ~0.5 s of client CPU per 100 k
 entities, more than half of Redis's own time for the write)."""
-
-LUA_REPLACE = _LUA_NEWER + r"""
--- KEYS: entity hash keys. ARGV[1]: the TTL in ms ("0": none); ARGV[2]: the number of
--- views V; ARGV[3 .. 2 + V]: their _ts fields; then per key: the number of fields its
--- payload holds, per view the new event time's whole seconds and nanoseconds ("" seconds:
--- no row of that view for the key), its RESTORE payload. Per key, the payload replaces
--- the hash (RESTORE ... REPLACE) only when that changes nothing but what HSET of the
--- same fields would: every view with a row has a stored _ts not newer than the row's,
--- every view without one has none stored, the hash holds as many fields as the payload,
--- and (no TTL given) the key has no TTL to keep. Returns one byte per key ("1" replaced,
--- "0" left alone, "e" RESTORE refused the payload) and the first refusal's message.
-local ttl, views = ARGV[1], tonumber(ARGV[2])
-local fields = {}
-for j = 1, views do fields[j] = ARGV[2 + j] end
-local per = 2 * views + 2
-local out, refusal = {}, ''
-for i = 1, #KEYS do
-  local at = 3 + views + (i - 1) * per
-  local key = KEYS[i]
-  local ok = redis.call('HLEN', key) == tonumber(ARGV[at])
-  if ok then
-    local stored = redis.call('HMGET', key, unpack(fields))
-    for j = 1, views do
-      local sec = tonumber(ARGV[at + 2 * j - 1])
-      local old = stored[j]
-      if sec then
-        ok = ok and old and newer(old, sec, tonumber(ARGV[at + 2 * j]))
-      else
-        ok = ok and not old
-      end
-    end
-  end
-  if ok and ttl == '0' then ok = redis.call('PTTL', key) == -1 end
-  local flag = '0'
-  if ok then
-    local done = redis.pcall('RESTORE', key, ttl, ARGV[at + per - 1], 'REPLACE')
-    if type(done) == 'table' and done.err then
-      flag = 'e'
-      if refusal == '' then refusal = done.err end
-    else
-      flag = '1'
-    end
-  end
-  out[i] = flag
-end
-return {table.concat(out), refusal}
-"""
-"""Replaces, per chunk, the hashes of existing entities whose stored layout is exactly the
-write's, with one ``RESTORE ... REPLACE`` each (see :func:`_replace_existing`)."""
 
 _stores: dict[str, RedisOnlineStore] = {}
 _stores_lock = threading.Lock()
@@ -501,8 +456,9 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
     ``RESTORE``; both must ``DUMP`` to the same bytes. The probe keys are deleted. A
     lost connection during the probe answers ``None`` for this write only; a refusal
     of a later payload (:func:`_payload_refused`) makes the next write probe again.
-    The probe also runs :data:`LUA_REPLACE` on the restored hash (it must replace it), so
-    a user whose scripts may not call ``HLEN``, ``PTTL`` or ``RESTORE`` gets ``HSET``."""
+    The probe also checks and replaces the restored hash as :func:`_replace_existing`
+    does (:func:`_replaces`), so a user who may not run ``HLEN``, ``PTTL``, ``HMGET`` or
+    ``RESTORE ... REPLACE`` under ``WATCH`` gets ``HSET``."""
     with _stores_lock:
         if connection_string in _versions:
             return _versions[connection_string]
@@ -520,13 +476,9 @@ def restore_version(client, connection_string: str) -> bytes | None:  # type: ig
         made = D.payloads(D.entry_parts(cells), np.array([len(cells)], np.int64), candidate)
         payload = made.to_pylist()[0]
         client.restore(probe + b":restore", 0, payload)
-        if client.dump(probe + b":restore") == dump:
-            # the replacing script runs the user's commands too (HLEN, PTTL, RESTORE)
-            replaced = client.eval(LUA_REPLACE, 1, probe + b":restore", b"0", b"1",
-                                   fields[0][0], b"%d" % len(fields), b"1700000000",
-                                   b"123456000", payload)
-            if replaced == [b"1", b""]:
-                version = candidate
+        if (client.dump(probe + b":restore") == dump
+                and _replaces(client, probe + b":restore", fields, payload)):
+            version = candidate
     except (ResponseError, IndexError):
         version = None
     except RedisError:
@@ -599,6 +551,23 @@ def _create_absent(client, config: RedisOnlineStoreConfig,  # type: ignore[no-un
     return _without(views, rows, done)
 
 
+def _replaces(client, key: bytes, fields: list[tuple[bytes, bytes]],  # type: ignore[no-untyped-def]
+              payload: bytes) -> bool:
+    """Whether the commands of :func:`_replace_existing` run for this client on ``key`` (a
+    hash of ``fields``, no TTL): its reads answer what the hash holds, and ``RESTORE ...
+    REPLACE`` of ``payload`` under ``WATCH``/``MULTI``/``EXEC`` succeeds. A refused command
+    raises ``ResponseError``."""
+    reads = client.pipeline(transaction=False)
+    reads.hlen(key).pttl(key).hmget(key, [fields[0][0]])
+    if reads.execute() != [len(fields), -1, [fields[0][1]]]:
+        return False
+    with client.pipeline() as replace:
+        replace.watch(key)
+        replace.multi()
+        replace.restore(key, 0, payload, replace=True)
+        return bool(replace.execute() == [b"OK"])
+
+
 @contextlib.contextmanager
 def _connection(client, config: RedisOnlineStoreConfig,  # type: ignore[no-untyped-def]
                 done: npt.NDArray[np.bool_]) -> Iterator[_Replies]:
@@ -651,79 +620,187 @@ def _replace_existing(client, config: RedisOnlineStoreConfig,  # type: ignore[no
                       views: list[tuple[str, Batch]], project: bytes, ttl: int, version: bytes,
                       ) -> tuple[npt.NDArray[np.int64], list[tuple[str, Batch]]]:
     """Replace the hashes of existing entities whose stored layout is exactly the write's
-    with one ``RESTORE ... REPLACE`` each (:data:`LUA_REPLACE`, ``CHUNK`` keys per call);
-    returns (entities written per view, each view's rows still to write).
+    with one ``RESTORE ... REPLACE`` each; returns (entities written per view, each view's
+    rows still to write).
 
-    The script replaces an entity's hash only when every view with a row for it holds a
-    stored ``_ts`` not newer than the row's, no view without a row holds one, the hash
-    has as many fields as the payload, and, without a TTL to set, the key has none to
-    keep: then ``RESTORE ... REPLACE`` leaves what ``HSET`` of the same fields would
-    (checked and replaced inside one script, so no other client comes between). Every
-    other entity (a stale row, fields of other views or of removed features, a TTL,
-    values the payload cannot hold) takes the checked ``HSET`` path. What this check
-    cannot tell apart: a hash lacking k of the payload's fields and holding k fields of
-    a view not in the write (its ``_ts`` not among the write's): only after a view
-    gained features, and a view outside the write shares the entity, in equal numbers.
+    Per chunk of ``CHUNK`` entities (:class:`_LayoutCheck`): ``WATCH`` their keys and read,
+    with native commands, each one's ``HLEN``, ``PTTL`` (when the write sets no TTL) and
+    the stored ``_ts`` of every view of the write (``HMGET``); the client then keeps the
+    entities where every view with a row holds a stored ``_ts`` not newer than the row's,
+    no view without a row holds one, the hash has as many fields as the payload and,
+    without a TTL to set, the key has none to keep: there ``RESTORE ... REPLACE`` leaves
+    what ``HSET`` of the same fields would. Their ``RESTORE``s go in one ``MULTI``/``EXEC``,
+    which the server runs only if no watched key changed since the read, so no other
+    client comes between an entity's check and its replacement. Every other entity (a
+    stale row, fields of other views or of removed features, a TTL, a stored time that is
+    no ``Timestamp``, values the payload cannot hold, a chunk another client touched)
+    takes the checked
+    ``HSET`` path. What this check cannot tell apart: a hash lacking k of the payload's
+    fields and holding k fields of a view not in the write (its ``_ts`` not among the
+    write's): only after a view gained features, and a view outside the write shares
+    the entity, in equal numbers.
 
-    Measured on Redis 7.0 (100 k entities x 19 fields, updates; ``bench/online_write.py``):
-    the server's CPU 1.2-1.5x that of plain ``HSET``s of the same fields, against 1.8-2.3x
-    for the checked path (WATCH, the decision script, MULTI, HSET, EXEC); a stream's
-    updates take this path."""
+    ``LANES`` connections each hold one chunk at a time: a chunk's ``MULTI``/``EXEC`` and
+    the next chunk's ``WATCH`` and reads go in one packet, and every lane's packet is sent
+    before any lane's replies are read, so the server works while the client decides.
+    Measured: see the module's docstring (*Existing entities next*)."""
     n_views = len(views)
     fields = _hash_fields(views)
     if fields is None:
         return np.zeros(n_views, dtype=np.int64), views
-    hashes = _hash_views(views, fields)
     union, rows = _union(views)
     n = union.n
-    present = rows >= 0
-    counts = present.astype(np.int64) @ np.array([len(f) for f in fields], dtype=np.int64)
-    seconds, nanos = _event_times(views, rows)
-    times = _time_args(seconds, nanos, present)
-    keys = B.concat(_bulk([union, B.const(project, n)]))
-    fixed = _resp_args([b"%d" % (ttl * 1000), b"%d" % n_views, *(f[0] for f in fields)])
-    per_key = 2 * n_views + 2
-    try:
-        sha = client.script_load(LUA_REPLACE).encode()
-    except RedisError as exc:
-        msg = f"Redis at {redis_address(config.connection_string)} refused a script: {exc}"
-        raise OnlineStoreError(msg) from exc
+    check = _LayoutCheck(
+        hashes=_hash_views(views, fields), rows=rows,
+        keys=B.concat(_bulk([union, B.const(project, n)])),
+        counts=(rows >= 0).astype(np.int64) @ np.array([len(f) for f in fields], np.int64),
+        times=_event_times(views, rows), ts_fields=[f[0] for f in fields], ttl=ttl,
+        version=version)
     done = np.zeros(n, dtype=bool)
-    sent: list[list[npt.NDArray[np.int64]]] = []
-    with _connection(client, config, done) as replies:
-        for lo in [*range(0, n, PLAN_BLOCK), None]:  # None: read the last replies
-            if lo is not None:
-                block = np.arange(lo, min(lo + PLAN_BLOCK, n))
-                positions, payloads = D.hash_payloads(hashes, rows[block], version)
-                chosen = block[positions]
-                args = B.concat([*_bulk([B.ascii_decimal(counts[chosen])]),
-                                 B.take(times, chosen), *_bulk([payloads])])
-                chosen_keys = B.take(keys, chosen)
-                packet: list[bytes | memoryview] = []
-                chunks = []
-                for at in range(0, len(chosen), CHUNK):
-                    end = min(at + CHUNK, len(chosen))
-                    size = end - at
-                    packet += [b"*%d\r\n%s" % (5 + n_views + size * (1 + per_key),
-                                                _resp_args([b"EVALSHA", sha, b"%d" % size])),
-                               _span(chosen_keys.rows(at, end)), fixed,
-                               _span(args.rows(at, end))]
-                    chunks.append(chosen[at:end])
-                if packet:
-                    replies.send(packet)
-                sent.append(chunks)
-            if len(sent) > (lo is not None):
-                for chunk in sent.pop(0):
-                    reply = replies.next()
-                    if isinstance(reply, ResponseError):  # these entities: the HSET path
-                        _payload_refused(config, f"replacing script ({reply})")
-                        continue
-                    decided, refusal = reply[0], reply[1]  # type: ignore[index]
-                    done[chunk] = np.frombuffer(decided, dtype=np.uint8) == ord("1")
-                    if refusal:
-                        _payload_refused(config, "RESTORE ... REPLACE of an entity's hash "
-                                         f"({refusal.decode(errors='replace')})")
+    chunks = check.chunks()
+    with contextlib.ExitStack() as stack:
+        lanes = [stack.enter_context(_connection(client, config, done))
+                 for _ in range(min(LANES, -(-n // CHUNK)))]
+        held: list[_CheckedChunk | None] = []
+        for replies in lanes:
+            chunk = next(chunks, None)
+            if chunk is not None:
+                replies.send(chunk.watch_and_read)
+            held.append(chunk)
+        while any(chunk is not None for chunk in held):
+            sent = []
+            for i, replies in enumerate(lanes):
+                chunk = held[i]
+                if chunk is None:
+                    continue
+                keep = check.decide(chunk, replies)
+                after = next(chunks, None)
+                packet = ([_MULTI, check.restores(chunk, keep), _EXEC] if keep.any()
+                          else [_UNWATCH])
+                replies.send([*packet, *(after.watch_and_read if after else [])])
+                sent.append((replies, chunk, keep))
+                held[i] = after
+            for replies, chunk, keep in sent:
+                if keep.any():
+                    _applied(replies, config, chunk.entities[keep], done)
+                else:
+                    replies.next()  # UNWATCH: OK
     return _without(views, rows, done)
+
+
+def _integers(replies: list[object]) -> npt.NDArray[np.int64]:
+    """Integer replies as an array; -2 (no reply's value) for any other reply."""
+    try:
+        return np.array(replies, dtype=np.int64)
+    except (TypeError, ValueError):
+        return np.array([r if isinstance(r, int) else -2 for r in replies], dtype=np.int64)
+
+
+def _applied(replies: _Replies, config: RedisOnlineStoreConfig,
+             entities: npt.NDArray[np.int64], done: npt.NDArray[np.bool_]) -> None:
+    """Read the replies of one ``MULTI``, ``RESTORE ... REPLACE`` of ``entities``, ``EXEC``
+    and mark in ``done`` the entities replaced. An aborted ``EXEC`` (a watched key changed)
+    replaces none; a refused ``RESTORE`` (when queued or when run) leaves its entity to the
+    ``HSET`` path and the server to be probed again."""
+    refused = replies.skip(1 + len(entities))  # OK, QUEUED per RESTORE
+    result = replies.next()
+    if isinstance(result, list):
+        failed = _first_error(result)
+        done[entities if failed is None else entities[
+            [not isinstance(reply, ResponseError) for reply in result]]] = True
+        refused = refused or failed
+    if refused is not None:
+        _payload_refused(config, f"RESTORE ... REPLACE of an entity's hash ({refused})")
+
+
+@dataclass(frozen=True)
+class _CheckedChunk:
+    """Up to ``CHUNK`` entities of a :class:`_LayoutCheck`: their indices in the write's
+    union, the ``WATCH`` and reads that check them, their ``RESTORE`` commands."""
+
+    entities: npt.NDArray[np.int64]
+    watch_and_read: list[bytes | memoryview]
+    restore: B.Packed
+
+
+@dataclass(frozen=True)
+class _LayoutCheck:
+    """What :func:`_replace_existing` needs to check and replace the write's entities:
+    per entity (of the write's union) its key as a bulk string, its row per view, its
+    payload's field count, its rows' event times (seconds, nanos; (entities, views))."""
+
+    hashes: list[D.ViewFields]
+    rows: npt.NDArray[np.int64]
+    keys: B.Packed
+    counts: npt.NDArray[np.int64]
+    times: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+    ts_fields: list[bytes]
+    ttl: int
+    version: bytes
+
+    @property
+    def reads(self) -> int:
+        """Replies per entity to the reads: HLEN, PTTL (no TTL to set), HMGET."""
+        return 2 if self.ttl else 3
+
+    def chunks(self) -> Iterator[_CheckedChunk]:
+        """The chunks, built ``PLAN_BLOCK`` entities at a time as they are asked for (the
+        payloads of a block while the chunks before it are on the wire); entities whose
+        values no payload can hold are left out (the ``HSET`` path writes them)."""
+        n = len(self.counts)
+        hmget = b"*%d\r\n%s" % (2 + len(self.ts_fields), _resp_args([b"HMGET"]))
+        fields = _resp_args(self.ts_fields)
+        for lo in range(0, n, PLAN_BLOCK):
+            block = np.arange(lo, min(lo + PLAN_BLOCK, n))
+            positions, payloads = D.hash_payloads(self.hashes, self.rows[block], self.version)
+            chosen = block[positions]
+            m = len(chosen)
+            if not m:
+                continue
+            keys = B.take(self.keys, chosen)
+            pttl: list[B.Cells | B.Packed] = ([] if self.ttl else
+                                              [B.const(b"*2\r\n" + _resp_args([b"PTTL"]), m),
+                                               keys])
+            reads = B.concat([B.const(b"*2\r\n" + _resp_args([b"HLEN"]), m), keys, *pttl,
+                              B.const(hmget, m), keys, B.const(fields, m)])
+            restore = B.concat([B.const(b"*5\r\n" + _resp_args([b"RESTORE"]), m), keys,
+                                B.const(_resp_args([b"%d" % (self.ttl * 1000)]), m),
+                                *_bulk([payloads]), B.const(_resp_args([b"REPLACE"]), m)])
+            for at in range(0, m, CHUNK):
+                end = min(at + CHUNK, m)
+                watch = b"*%d\r\n%s" % (1 + end - at, _resp_args([b"WATCH"]))
+                yield _CheckedChunk(chosen[at:end],
+                                    [watch, _span(keys.rows(at, end)), _span(reads.rows(at, end))],
+                                    restore.rows(at, end))
+
+    def decide(self, chunk: _CheckedChunk, replies: _Replies) -> npt.NDArray[np.bool_]:
+        """Read the chunk's ``WATCH`` and read replies; per entity, whether ``RESTORE ...
+        REPLACE`` of its payload leaves what ``HSET`` would (see :func:`_replace_existing`)."""
+        entities = chunk.entities
+        m, views = len(entities), len(self.ts_fields)
+        got = replies.many(1 + m * self.reads)[1:]  # WATCH: OK, then the reads
+        stored = got[self.reads - 1 :: self.reads]
+        keep = _integers(got[:: self.reads]) == self.counts[entities]
+        if not self.ttl:
+            keep &= _integers(got[1 :: self.reads]) == -1
+        try:
+            flat = list(itertools.chain.from_iterable(stored))  # type: ignore[arg-type]
+        except TypeError:  # an error reply (e.g. WRONGTYPE) instead of a field list
+            keep &= np.fromiter((isinstance(s, list) for s in stored), bool, m)
+            flat = [v for s in stored for v in (s if isinstance(s, list) else [None] * views)]
+        held = np.fromiter(map(operator.is_not, flat, itertools.repeat(None)), bool,
+                           m * views).reshape(m, views)
+        seconds, nanos, readable = (a.reshape(m, views) for a in E.decode_timestamps(flat))
+        new_seconds, new_nanos = (t[entities] for t in self.times)
+        not_older = readable & ((new_seconds > seconds)
+                                | ((new_seconds == seconds) & (new_nanos >= nanos)))
+        has_row = self.rows[entities] >= 0
+        return keep & np.where(has_row, held & not_older, ~held).all(axis=1)
+
+    @staticmethod
+    def restores(chunk: _CheckedChunk, keep: npt.NDArray[np.bool_]) -> bytes | memoryview:
+        """The ``RESTORE ... REPLACE`` commands of the kept entities."""
+        return _span(chunk.restore) if keep.all() else B.select_rows(chunk.restore, keep)
 
 
 def _payload_refused(config: RedisOnlineStoreConfig, what: str) -> None:
@@ -995,6 +1072,11 @@ def _span(packed: B.Packed) -> memoryview:
     return packed.data[int(packed.offsets[0]) : int(packed.offsets[-1])].data
 
 
+_MORE = object()
+"""What the reply reader answers when it needs more bytes (unlike ``False``, which equals
+an integer reply of 0, it equals nothing else)."""
+
+
 class _Replies:
     """Replies read straight from the connection's socket and parsed by hiredis (C).
 
@@ -1006,7 +1088,7 @@ class _Replies:
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self._reader = hiredis.Reader(replyError=ResponseError)
+        self._reader = hiredis.Reader(replyError=ResponseError, notEnoughData=_MORE)
 
     def send(self, parts: Sequence[bytes | memoryview]) -> None:
         self._sock.sendall(b"".join(parts))
@@ -1014,7 +1096,7 @@ class _Replies:
     def next(self) -> object:
         """The next reply (``ResponseError`` instances for error replies)."""
         reply = self._reader.gets()
-        while reply is False:
+        while reply is _MORE:
             data = self._sock.recv(1 << 20)
             if not data:
                 msg = "Redis closed the connection"
@@ -1022,6 +1104,19 @@ class _Replies:
             self._reader.feed(data)
             reply = self._reader.gets()
         return reply
+
+    def many(self, count: int) -> list[object]:
+        """The next ``count`` replies, parsed by hiredis without Python per reply."""
+        replies: list[object] = []
+        while True:
+            replies += itertools.islice(iter(self._reader.gets, _MORE), count - len(replies))
+            if len(replies) == count:
+                return replies
+            data = self._sock.recv(1 << 20)
+            if not data:
+                msg = "Redis closed the connection"
+                raise ConnectionError(msg)
+            self._reader.feed(data)
 
     def uniform(self, count: int, width: int, kind: bytes) -> npt.NDArray[np.uint8] | list[object]:
         """The next ``count`` replies. When they are all ``width`` bytes of type ``kind``
@@ -1049,12 +1144,14 @@ class _Replies:
 
     def skip(self, count: int) -> ResponseError | None:
         """Read ``count`` replies; the first error among them, if any."""
-        error = None
-        for _ in range(count):
-            reply = self.next()
-            if error is None and isinstance(reply, ResponseError):
-                error = reply
-        return error
+        return _first_error(self.many(count))
+
+
+def _first_error(replies: list[object]) -> ResponseError | None:
+    """The first error reply among ``replies``, if any."""
+    if replies.count(b"QUEUED") + replies.count(b"OK") == len(replies):  # no Python per reply
+        return None
+    return next((r for r in replies if isinstance(r, ResponseError)), None)
 
 
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
