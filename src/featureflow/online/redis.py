@@ -1077,6 +1077,9 @@ _MORE = object()
 an integer reply of 0, it equals nothing else)."""
 
 
+_CLOSED = "Redis closed the connection"
+
+
 class _Replies:
     """Replies read straight from the connection's socket and parsed by hiredis (C).
 
@@ -1095,15 +1098,7 @@ class _Replies:
 
     def next(self) -> object:
         """The next reply (``ResponseError`` instances for error replies)."""
-        reply = self._reader.gets()
-        while reply is _MORE:
-            data = self._sock.recv(1 << 20)
-            if not data:
-                msg = "Redis closed the connection"
-                raise ConnectionError(msg)
-            self._reader.feed(data)
-            reply = self._reader.gets()
-        return reply
+        return self.many(1)[0]
 
     def many(self, count: int) -> list[object]:
         """The next ``count`` replies, parsed by hiredis without Python per reply."""
@@ -1114,8 +1109,7 @@ class _Replies:
                 return replies
             data = self._sock.recv(1 << 20)
             if not data:
-                msg = "Redis closed the connection"
-                raise ConnectionError(msg)
+                raise ConnectionError(_CLOSED)
             self._reader.feed(data)
 
     def uniform(self, count: int, width: int, kind: bytes) -> npt.NDArray[np.uint8] | list[object]:
@@ -1125,22 +1119,21 @@ class _Replies:
         them and they come as a list, the stream in step either way. Replies are aligned:
         the first one unlike the others starts a row, so its type byte shows it."""
         if self._reader.has_data() or not count:
-            return [self.next() for _ in range(count)]
+            return self.many(count)
         block = bytearray(count * width)
         view = memoryview(block)
         got = 0
         while got < len(block):
             size = self._sock.recv_into(view[got:])
             if not size:
-                msg = "Redis closed the connection"
-                raise ConnectionError(msg)
+                raise ConnectionError(_CLOSED)
             got += size
         matrix = np.frombuffer(block, dtype=np.uint8).reshape(count, width)
         if ((matrix[:, 0] == kind[0]) & (matrix[:, -2] == ord("\r"))
                 & (matrix[:, -1] == ord("\n"))).all():
             return matrix
         self._reader.feed(bytes(block))
-        return [self.next() for _ in range(count)]
+        return self.many(count)
 
     def skip(self, count: int) -> ResponseError | None:
         """Read ``count`` replies; the first error among them, if any."""
