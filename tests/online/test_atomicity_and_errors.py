@@ -62,16 +62,20 @@ def test_sqlite_failure_mid_batch_writes_nothing(tmp_path: Path) -> None:
     assert sqlite_rows(store) == before
 
 
+@pytest.mark.parametrize("images", [True, False])
 @pytest.mark.parametrize("poisoned", [0, 37, 199])  # entities of different blocks
 def test_sqlite_failure_in_any_pipelined_block_writes_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, poisoned: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, poisoned: int, images: bool
 ) -> None:
     """Blocks are built on this thread while the store's thread executes the ones before:
-    a failure in whichever block rolls the one transaction back, and the write stops."""
+    a failure in whichever block rolls the one transaction back, and the write stops
+    (blocks handed over as database images, or as blobs SQL cuts rows from)."""
     import featureflow.online.sqlite as sqlite_writer
 
+    monkeypatch.setattr(sqlite_writer, "_IMAGES", images)
     monkeypatch.setattr(sqlite_writer, "_FIRST_STATEMENT", 3)
     monkeypatch.setattr(sqlite_writer, "_ENTITIES_PER_STATEMENT", 16)  # 14 blocks
+    monkeypatch.setattr(sqlite_writer, "_IMAGE_ROWS", 16 * len(FEATURES))  # 14 images
     store = sqlite_store(tmp_path, features=FEATURES)
     write(store, VIEW, _table(range(200), 1_000, 1.0))
     before = sqlite_rows(store)

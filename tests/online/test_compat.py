@@ -65,13 +65,16 @@ def redis_pair(tmp_path_factory: pytest.TempPathFactory, redis_url: str):  # typ
 
 
 @_SETTINGS
-@given(table=tables(ids=_fresh_ids()))
-def test_sqlite_rows_and_reads_equal_feasts(sqlite_pair, table: pa.Table) -> None:  # type: ignore[no-untyped-def]
+@given(table=tables(ids=_fresh_ids()), images=st.booleans())
+def test_sqlite_rows_and_reads_equal_feasts(sqlite_pair, table: pa.Table, images: bool) -> None:  # type: ignore[no-untyped-def]
+    """Both ways of handing SQLite the rows: database images, and blobs cut by SQL."""
     feast_store, ff_store = sqlite_pair
     assume(_some_value(table))
     _feast_write(feast_store, table)
     with pytest.MonkeyPatch.context() as patch:  # several INSERT ... SELECT blocks
+        patch.setattr(sqlite_writer, "_IMAGES", images)
         patch.setattr(sqlite_writer, "_ENTITIES_PER_STATEMENT", 5)
+        patch.setattr(sqlite_writer, "_IMAGE_ROWS", 40)
         stats = write(ff_store, VIEW, table)
     assert (stats.store, stats.written) == ("sqlite", table.num_rows)
     assert sqlite_rows(ff_store) == sqlite_rows(feast_store)
