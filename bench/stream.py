@@ -875,14 +875,17 @@ def freshness_sweep(args: argparse.Namespace, root: Path, rates: list[float]) ->
             runs.setdefault(store, []).append((rate, run))
             print(table([run], None), f"\n- {run.note}", flush=True)
     every = [run for points in runs.values() for _, run in points]
-    chart = RESULTS / "stream_freshness.png"
-    _freshness_chart(runs, chart)
-    save("freshness_sweep", {
+    notes = [run.note for run in every]
+    if not args.section:  # a sweep saved under its own name leaves the chart alone
+        chart = RESULTS / "stream_freshness.png"
+        _freshness_chart(runs, chart)
+        notes.append(f"chart: {chart.relative_to(ROOT)}")
+    save(args.section or "freshness_sweep", {
         "scale": {"rates": rates, "seconds": args.fresh_seconds, "users": args.users,
                   "stores": list(args.stores)},
         "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "runs": as_record(every), "table": table(every, None),
-        "notes": [run.note for run in every] + [f"chart: {chart.relative_to(ROOT)}"],
+        "notes": notes,
     })  # fmt: skip
 
 
@@ -946,6 +949,11 @@ def main() -> int:
         "--bootstrap", default=None,
         help="a running broker (default: the project's local broker, started if needed)",
     )  # fmt: skip
+    parser.add_argument(
+        "--section", default="",
+        help="save a freshness run or sweep under this section of stream.json (default "
+             "freshness, freshness_sweep; a sweep under another name draws no chart)",
+    )
     parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(SKIPPABLE)}")
     parser.add_argument("--feast-timeout", type=float, default=900.0)
     parser.add_argument(
@@ -1012,7 +1020,7 @@ def main() -> int:
                                  args.redis if args.stores[0] == "redis" else None,
                                  args.fresh_warmup, tuple(args.job_option))  # fmt: skip
             print(table([live], None), f"\n- {live.note}", flush=True)
-            save("freshness", {
+            save(args.section or "freshness", {
                 "scale": {"rate": round(rate, 1), "seconds": args.fresh_seconds,
                           "users": args.users},
                 "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
