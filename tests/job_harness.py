@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -87,28 +88,40 @@ def run(command: list[str], timeout: int = 900) -> subprocess.CompletedProcess[s
 
 
 def consume(
-    bootstrap: str, topic: str, count: int, settings: dict[str, str] | None = None
+    bootstrap: str, topic: str, settings: dict[str, str] | None = None
 ) -> list[tuple[bytes, dict[str, str]]]:
-    """Up to ``count`` records of ``topic`` from the start (value, headers), ~60 s at most;
-    ``settings``: Kafka client settings of a secured broker."""
-    from confluent_kafka import Consumer
+    """Every record of ``topic`` (value, headers): each partition read from its start to
+    the end it has now, so a test sees extra records as well as missing ones without
+    waiting for them (~60 s at most); ``settings``: Kafka client settings of a secured
+    broker."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     from featureflow.infra.kafka_settings import librdkafka_config
 
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
-         **librdkafka_config(settings or {})}
+        {"bootstrap.servers": bootstrap, "group.id": topic, "enable.partition.eof": True,
+         "enable.auto.commit": False, **librdkafka_config(settings or {})}
     )  # fmt: skip
-    consumer.subscribe([topic])
     received: list[tuple[bytes, dict[str, str]]] = []
     try:
-        for _ in range(60):
+        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+        assert metadata.error is None, f"topic {topic}: {metadata.error}"
+        partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
+        consumer.assign(partitions)
+        # an end-of-partition event per partition, also for one that is empty
+        unfinished = {tp.partition for tp in partitions}
+        deadline = time.monotonic() + 60
+        while unfinished and time.monotonic() < deadline:
             message = consumer.poll(1.0)
-            if message is not None and message.error() is None:
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                unfinished.discard(message.partition())
+            elif error is None:
                 headers = {k: v.decode() for k, v in message.headers() or []}
                 received.append((message.value(), headers))
-            if len(received) >= count:
-                break
+        assert not unfinished, f"partitions {sorted(unfinished)} of {topic} not read to the end"
     finally:
         consumer.close()
     return received
