@@ -82,9 +82,10 @@ demo: setup
 	  --features session_start session_duration_s session_events session_amount_sum session_amount_max
 
 # All tests: unit, property, and integration tests that start the real Kafka
-# broker, local Spark and redis-server. Nothing is skipped.
+# broker, local Spark and redis-server. Nothing is skipped. The slowest tests are listed
+# at the end: CI has 60 minutes on 2 cores.
 test: setup lint
-	$(BIN)/python -m pytest -p no:cacheprovider
+	$(BIN)/python -m pytest -p no:cacheprovider --durations=25
 
 # The quick loop while developing: everything but the integration suites.
 test-fast: setup

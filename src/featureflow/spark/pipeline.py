@@ -79,9 +79,13 @@ metrics_log = logging.getLogger("featureflow.metrics")
 MAX_LOGGED_BAD_RECORDS = 20
 """Bad records logged one by one per micro-batch; the rest are only counted."""
 
-DEFAULT_DRIVER_PASS_RECORDS = 50_000
+DEFAULT_DRIVER_PASS_RECORDS = 150_000
 """Micro-batches of at most this many Kafka records run their views on the driver
-(``--driver-pass-records``; :meth:`TopicBatchProcessor.pass_on_driver`)."""
+(``--driver-pass-records``; :meth:`TopicBatchProcessor.pass_on_driver`). Well above what
+a live producer's rate puts in one batch: a batch that leaves the driver's pass takes
+longer shuffled, so the next one is as large and stays there (at 40,000 events/s on 2
+cores a limit of 50,000 held half the batches at ~52,000 records, p99 freshness 4 s;
+150,000 kept every batch on the driver at ~32,000 records, p99 2 s)."""
 DRIVER, EXECUTORS = "driver", "executors"
 """Where a micro-batch's views ran (``pass_on`` of the metrics)."""
 
