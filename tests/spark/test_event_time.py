@@ -26,7 +26,8 @@ pytestmark = pytest.mark.integration
 SCHEMA = pa.schema(
     [
         ("user_id", pa.int64()), (EVENT_NS, pa.int64()), ("key", pa.binary()),
-        ("value", pa.binary()), (ERROR_FIELD, pa.string()), (ERROR_REASON, pa.string()),
+        ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+        ("offset", pa.int64()), (ERROR_FIELD, pa.string()), (ERROR_REASON, pa.string()),
     ]
 )  # fmt: skip
 TIMESTAMP_FIELD = "event_timestamp"
@@ -47,6 +48,7 @@ def _records(draw: st.DrawFn) -> list[dict[str, Any]]:
             EVENT_NS: draw(st.one_of(st.none(), _times)) if broken else draw(_times),
             "key": draw(st.one_of(st.none(), st.binary(max_size=3))),
             "value": draw(st.binary(max_size=5)),
+            "topic": "events", "partition": draw(st.integers(0, 3)), "offset": i,
             ERROR_FIELD: broken[0] if broken else None,
             ERROR_REASON: broken[1] if broken else None,
         })  # fmt: skip
@@ -74,8 +76,8 @@ def _in_spark(
     future=_times,
 )
 @example(
-    rows=[{"user_id": 0, EVENT_NS: BASE_NS, "key": b"k", "value": b"v", ERROR_FIELD: None,
-           ERROR_REASON: None}],
+    rows=[{"user_id": 0, EVENT_NS: BASE_NS, "key": b"k", "value": b"v", "topic": "events",
+           "partition": 0, "offset": 0, ERROR_FIELD: None, ERROR_REASON: None}],
     late=BASE_NS + 1, future=BASE_NS - 1,
 )  # fmt: skip
 def test_collected_records_are_marked_as_spark_marks_them(
@@ -93,7 +95,8 @@ def test_collected_records_are_marked_as_spark_marks_them(
 
 
 def test_the_rules_in_order() -> None:
-    """Future first, then late; errors already found stay; only dead letters keep bytes."""
+    """Future first, then late; errors already found stay; only dead letters keep their
+    bytes, topic and offset (every record its partition)."""
     rows = [
         {"user_id": 0, EVENT_NS: 100, ERROR_FIELD: None, ERROR_REASON: None},  # late and future
         {"user_id": 1, EVENT_NS: 50, ERROR_FIELD: None, ERROR_REASON: None},  # on time
@@ -103,7 +106,9 @@ def test_the_rules_in_order() -> None:
         {"user_id": 5, EVENT_NS: 90, ERROR_FIELD: None, ERROR_REASON: None},  # at the skew
     ]
     table = pa.Table.from_pylist(
-        [{**row, "key": b"k", "value": b"v"} for row in rows], schema=SCHEMA
+        [{**row, "key": b"k", "value": b"v", "topic": "t", "partition": 1, "offset": 7}
+         for row in rows],
+        schema=SCHEMA,
     )
     marked = without_unneeded_bytes_collected(mark_event_time_collected(table, "ts", 20, 90))
     assert marked.column(ERROR_REASON).to_pylist() == [
@@ -111,6 +116,10 @@ def test_the_rules_in_order() -> None:
     ]  # fmt: skip
     assert marked.column(ERROR_FIELD).to_pylist() == ["ts", None, "ts", "value", None, None]
     assert marked.column("value").to_pylist() == [b"v", None, b"v", b"v", None, None]
+    assert marked.column("key").to_pylist() == [b"k", None, b"k", b"k", None, None]
+    assert marked.column("topic").to_pylist() == ["t", None, "t", "t", None, None]
+    assert marked.column("offset").to_pylist() == [7, None, 7, 7, None, None]
+    assert marked.column("partition").to_pylist() == [1] * 6
     unwatermarked = mark_event_time_collected(table, "ts", None, 90)
     assert unwatermarked.column(ERROR_REASON).to_pylist()[:3] == [FUTURE_REASON, None, None]
 

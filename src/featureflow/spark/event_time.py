@@ -23,9 +23,10 @@ parsing stage again each time (and the JIT compile the new classes again).
 thresholds compile nothing.
 
 The records that become dead letters keep their raw ``key`` and ``value``
-bytes; the others drop them (:func:`without_unneeded_bytes`,
+bytes, ``topic`` and ``offset``; the others drop them (:func:`without_unneeded_bytes`,
 :func:`without_unneeded_bytes_collected`), which makes a shuffled batch several
-times smaller.
+times smaller. The topic's name is the widest of the rest: nulled too, the job's
+layout with no views ran a 5 M-event topic in 10.76-11.02 s against 11.50-11.52 s.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ if TYPE_CHECKING:
 
 LATE_REASON = "later than the watermark"
 FUTURE_REASON = "in the future"
-RAW_BYTES = ("key", "value")
-"""The Kafka record's raw bytes: kept by dead letters only."""
+DEAD_LETTER_ONLY = ("key", "value", "topic", "offset")
+"""What only a dead letter needs of a Kafka record (its raw bytes and where it was read;
+the partition stays: the counts and watermarks are per Kafka partition)."""
 
 
 LATE_BEFORE = "__late_before_ns"
@@ -124,14 +126,14 @@ def mark_event_time_collected(
 
 
 def without_unneeded_bytes(batch: DataFrame) -> DataFrame:
-    """The checked batch with the raw key and value bytes only where a dead letter
-    needs them (Spark)."""
+    """The checked batch with :data:`DEAD_LETTER_ONLY`'s columns only where a dead letter
+    needs them (null elsewhere; Spark)."""
     from pyspark.sql import functions as F
 
     is_dead = F.col(ERROR_REASON).isNotNull()
     return batch.select(
         *(
-            F.when(is_dead, F.col(name)).alias(name) if name in RAW_BYTES else name
+            F.when(is_dead, F.col(name)).alias(name) if name in DEAD_LETTER_ONLY else name
             for name in batch.columns
         )
     )
@@ -140,8 +142,10 @@ def without_unneeded_bytes(batch: DataFrame) -> DataFrame:
 def without_unneeded_bytes_collected(records: pa.Table) -> pa.Table:
     """:func:`without_unneeded_bytes` of collected records."""
     is_dead = pc.is_valid(records.column(ERROR_REASON))
-    for name in RAW_BYTES:
+    for name in DEAD_LETTER_ONLY:
         index = records.schema.get_field_index(name)
+        if index < 0:
+            continue
         column = records.column(index)
         kept = pc.if_else(is_dead, column, pa.scalar(None, column.type))
         records = records.set_column(index, name, kept)
