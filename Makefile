@@ -101,6 +101,7 @@ bench: setup
 	$(BIN)/python bench/parse.py
 	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER) \
 	  --fresh-rates $(STREAM_FRESH_RATES)
+	$(BIN)/python bench/layout_floors.py
 	$(BIN)/python bench/realtime_mode.py
 
 # Run by `make test` (and so by CI) before the tests. `mojo format` has no --check: a copy of
