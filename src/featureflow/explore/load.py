@@ -29,11 +29,9 @@ import pyarrow.compute as pc
 from featureflow.columns import EVENT_NS, NS_PER_MS
 from featureflow.errors import KafkaBrokerError, RepoError
 from featureflow.events import ddl, reasons, sample
+from featureflow.events.checks import StampReading, first_failing
 from featureflow.events.json_records import (
-    IS_OBJECT,
-    KEY_PRESENT,
     STAMP,
-    VALID_PREFIX,
     JsonRecordParser,
 )
 from featureflow.repo import StreamViewSpec, load_store, stream_view_spec, stream_view_specs
@@ -320,26 +318,13 @@ def parse_records(
     )
     parsed = parser(pa.array([raw for _, _, raw in records], pa.binary()))
     event_ns, stamp_reason = _event_ns(parsed.column(STAMP).to_pylist())
-    checks: list[tuple[np.ndarray, str]] = [
-        (~parsed.column(IS_OBJECT).to_numpy(), reasons.NOT_JSON_OBJECT),
-        (~parsed.column(KEY_PRESENT).to_numpy(), reasons.MISSING_KEY),
-        (~parsed.column(VALID_PREFIX + spec.join_key).to_numpy(), reasons.KEY_NOT_INTEGER),
-    ]
-    checks += [(stamp_reason == reason, reason) for reason in _STAMP_REASONS]
-    for name, kind in parser.fields:
-        if name in (spec.join_key, spec.timestamp_field):
-            continue
-        checks.append((~parsed.column(VALID_PREFIX + name).to_numpy(), reasons.wrong_type(kind)))
-        if kind in ("double", "float"):  # nulls are fine, NaN and +-inf are not
-            values = parsed.column(name).fill_null(0.0).to_numpy().astype(np.float64)
-            checks.append((~np.isfinite(values), reasons.NOT_FINITE))
-    usable = np.ones(len(records), dtype=bool)
-    skipped: dict[str, int] = {}
-    for failing, reason in checks:  # the first failing check names the record
-        first = failing & usable
-        if first.any():
-            skipped[reason] = skipped.get(reason, 0) + int(first.sum())
-            usable &= ~first
+    stamps = StampReading(event_ns, stamp_reason, np.zeros(len(records), dtype=bool))
+    checked = first_failing(parsed, parser.fields, spec.join_key, spec.timestamp_field, stamps)
+    usable = checked.reason.is_null().to_numpy(zero_copy_only=False)
+    counted = pc.value_counts(checked.reason.drop_null())
+    skipped: dict[str, int] = {
+        str(entry["values"]): int(entry["counts"]) for entry in counted.to_pylist()
+    }
     keep = pa.array(usable)
     columns: dict[str, pa.Array] = {
         spec.join_key: parsed.column(spec.join_key).combine_chunks().cast(pa.int64()).filter(keep),
@@ -354,13 +339,13 @@ def parse_records(
     return pa.table(columns), skipped
 
 
-_STAMP_REASONS = (reasons.MISSING_TIMESTAMP, reasons.OUT_OF_RANGE, reasons.NOT_A_TIMESTAMP)
 _MILLIS = re.compile(r"^-?[0-9]+$")
 
 
 def _event_ns(stamps: list[str | None]) -> tuple[np.ndarray, np.ndarray]:
     """Epoch ns of each timestamp text (epoch milliseconds or RFC 3339), and why not
-    (one of :data:`_STAMP_REASONS`, or "" when the text is a timestamp)."""
+    (missing, out of range or not a timestamp, :mod:`~featureflow.events.reasons`; ""
+    when the text is a timestamp)."""
     import pandas as pd
 
     event_ns = np.zeros(len(stamps), np.int64)
