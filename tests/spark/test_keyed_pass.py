@@ -1,0 +1,126 @@
+"""WIP: the records of one Kafka partition checked in Arrow (keyed_pass.checked_records)
+against the job's Spark path on the same raw records (parse_events, the event-time rules,
+the dead letters' bytes): the same rows, column for column, on a topic keyed by its
+entity; records keyed otherwise become dead letters naming the key."""
+
+from __future__ import annotations
+
+import json_messages
+import pyarrow as pa
+import pytest
+from duckdb_oracle import EXAMPLE_SPEC
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from featureflow.columns import EVENT_NS
+from featureflow.events import ddl, kafka_keys
+from featureflow.spark.event_time import mark_event_time, without_unneeded_bytes
+from featureflow.spark.keyed_pass import (
+    KEY_NOT_ENTITY,
+    WRONG_PARTITION,
+    KeyedTopic,
+    checked_records,
+)
+from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
+
+pytestmark = pytest.mark.integration
+
+SPEC = EXAMPLE_SPEC
+FIELDS = tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(SPEC.json_schema))
+KEYED = KeyedTopic(partitions=4)
+BASE_NS = 1_795_996_800_000_000_000
+
+
+def _raw(values: list[bytes], keys: list[bytes | None], partitions: list[int]) -> pa.Table:
+    return pa.table({
+        "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
+        "topic": ["t"] * len(values), "partition": pa.array(partitions, pa.int32()),
+        "offset": pa.array(range(len(values)), pa.int64()),
+    })  # fmt: skip
+
+
+def _keyed(values: list[bytes]) -> pa.Table:
+    """Each record keyed by its entity's text (when it has one) in that key's partition."""
+    import orjson
+
+    keys = []
+    for value in values:
+        try:
+            entity = orjson.loads(value).get(SPEC.join_key)
+        except (orjson.JSONDecodeError, AttributeError):
+            entity = None
+        keys.append(str(entity).encode() if isinstance(entity, int) else b"x")
+    parts = kafka_keys.partitions_of(
+        pa.array(keys, pa.binary()), KEYED.partitions, KEYED.partitioner
+    )
+    return _raw(values, keys, parts.tolist())
+
+
+def _spark(spark, raw: pa.Table, late: int | None, future: int) -> list[dict]:  # type: ignore[no-untyped-def]
+    frame = spark.createDataFrame(raw.select(list(PASSED_THROUGH)))
+    parsed = parse_events(frame, SPEC)
+    columns = [
+        SPEC.join_key,
+        EVENT_NS,
+        *SPEC.value_columns,
+        *PASSED_THROUGH,
+        ERROR_FIELD,
+        ERROR_REASON,
+    ]
+    marked = without_unneeded_bytes(
+        mark_event_time(parsed.select(*columns), SPEC.timestamp_field, late, future)
+    )
+    return sorted((row.asDict() for row in marked.collect()), key=lambda row: row["offset"] or -1)
+
+
+def _arrow(raw: pa.Table, late: int | None, future: int) -> list[dict] | None:
+    out = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED, late, future)
+    if out.undecided:
+        return None
+    columns = [
+        SPEC.join_key,
+        EVENT_NS,
+        *SPEC.value_columns,
+        *PASSED_THROUGH,
+        ERROR_FIELD,
+        ERROR_REASON,
+    ]
+    return sorted(out.records.select(columns).to_pylist(), key=lambda row: row["offset"] or -1)
+
+
+def _same(got: list[dict], expected: list[dict]) -> None:
+    assert len(got) == len(expected)
+    for row, oracle in zip(got, expected, strict=True):
+        if oracle[ERROR_REASON] is not None:  # a dead letter: why, and its bytes
+            keep = (ERROR_FIELD, ERROR_REASON, "key", "value", "topic", "partition", "offset")
+        else:
+            keep = tuple(oracle)
+        assert {k: row[k] for k in keep} == {k: oracle[k] for k in keep}, (row, oracle)
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    values=json_messages.batches,
+    late=st.one_of(st.none(), st.integers(BASE_NS - 10**12, BASE_NS + 10**12)),
+)
+def test_a_keyed_partition_checks_as_the_spark_path(spark, values, late) -> None:  # type: ignore[no-untyped-def]
+    raw = _keyed(values)
+    future = BASE_NS + 10**13
+    got = _arrow(raw, late, future)
+    if got is None:  # a stamp only Spark reads: the batch takes the Spark path
+        return
+    _same(got, _spark(spark, raw, late, future))
+
+
+def test_records_keyed_otherwise_are_dead_letters_naming_the_key() -> None:
+    value = b'{"user_id":7,"amount":1.5,"event_timestamp":1795996800250}'
+    home = int(kafka_keys.partitions_of(pa.array([b"7"]), KEYED.partitions, KEYED.partitioner)[0])
+    raw = _raw([value] * 3, [b"7", b"07", b"7"], [home, home, (home + 1) % KEYED.partitions])
+    out = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED, None, 2**62)
+    rows = out.records.to_pylist()
+    assert [(r[ERROR_FIELD], r[ERROR_REASON]) for r in rows] == [
+        (None, None), ("key", KEY_NOT_ENTITY), ("key", WRONG_PARTITION),
+    ]  # fmt: skip
+    assert [r["value"] for r in rows] == [None, value, value]
