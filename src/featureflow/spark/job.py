@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from featureflow.errors import FeatureflowError, SchemaMismatchError
+from featureflow.errors import FeatureflowError, RepoError, SchemaMismatchError
 from featureflow.secrets import install_log_redaction
 from featureflow.spark.watermarks import DEFAULT_FUTURE_SKEW_NS, DEFAULT_IDLE_TIMEOUT_NS
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
+    from featureflow.spark.keyed_pass import KeyedTopic
     from featureflow.spark.pipeline import TopicBatchProcessor
 
 log = logging.getLogger("featureflow.job")
@@ -58,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--partitions", type=int,
         help="partitions of the entity shuffle (default: the checkpoint's, else 4 per core)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keyed-topic", choices=("murmur2", "crc32"), metavar="PARTITIONER",
+        help="WIP: the topic is keyed by its entity (each record's key its entity's decimal "
+        "text, its partition PARTITIONER's for that key: murmur2 as Java's client, crc32 "
+        "as librdkafka's); one pass per Kafka partition, no shuffle; --partitions must be "
+        "the topic's partition count; a record keyed otherwise is a dead letter",
     )  # fmt: skip
     from featureflow.spark.pipeline import DEFAULT_DRIVER_PASS_RECORDS
 
@@ -185,6 +193,18 @@ def _duration(option: str) -> Callable[[str], int]:
     return parse
 
 
+def _keyed_topic(partitioner: str | None, partitions: int | None) -> KeyedTopic | None:
+    """``--keyed-topic``'s setting (None: not set)."""
+    if partitioner is None:
+        return None
+    from featureflow.spark.keyed_pass import KeyedTopic
+
+    if not partitions:
+        msg = "--keyed-topic needs --partitions: the topic's partition count"
+        raise RepoError(msg)
+    return KeyedTopic(partitions, partitioner)
+
+
 def _kafka_options(pairs: list[str], file: str | None = None) -> dict[str, str]:
     """Spark's ``kafka.*`` options: the file, then ``FEATUREFLOW_KAFKA_*``, then the pairs
     (:mod:`featureflow.infra.kafka_settings`); their secrets are registered for redaction.
@@ -300,6 +320,7 @@ def _run(args: argparse.Namespace) -> int:
         idle_partition_timeout_ns=args.idle_partition_timeout,
         max_future_skew_ns=args.max_future_skew,
         state_warn_bytes=args.state_warn_bytes,
+        keyed_topic=_keyed_topic(args.keyed_topic, args.partitions),
         source_options=kafka_source_options(args.kafka_timeout / 1e9),
         sink_options=kafka_producer_options(args.kafka_timeout / 1e9),
     )

@@ -18,6 +18,7 @@ for it (not built yet).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -28,12 +29,20 @@ from featureflow.events import kafka_keys
 from featureflow.events.checks import first_failing, read_stamps_as_spark
 from featureflow.events.json_batch import BatchJsonParser
 from featureflow.events.json_records import STAMP, JsonRecordParser
+from featureflow.spark import allocators, state_host, worker_gc
 from featureflow.spark.event_time import (
     DEAD_LETTER_ONLY,
     mark_event_time_collected,
     without_unneeded_bytes_collected,
 )
+from featureflow.spark.online_sink import ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+from featureflow.spark.topic_pass import (
+    PARTITION_COLUMN,
+    TopicPass,
+    partition_outputs,
+    run_on_driver,
+)
 
 KEY_NOT_ENTITY = "the Kafka key is not the entity's decimal text (the topic is keyed by it)"
 WRONG_PARTITION = "not in its key's partition under the topic's declared partitioner"
@@ -95,3 +104,82 @@ def checked_records(
         pa.table(columns), timestamp_field, late_before_ns, future_after_ns
     )
     return Checked(without_unneeded_bytes_collected(records), undecided=False)
+
+
+class KeyedTopicError(RuntimeError):
+    """A keyed topic's micro-batch the pass per Kafka partition cannot run as it stands."""
+
+
+def kafka_partition_of(raw: pa.Table) -> int:
+    """The one Kafka partition of a task's raw records (each Kafka partition's offset
+    range must be one task: no ``minPartitions``, no split ranges)."""
+    partition = raw.column("partition")
+    first = int(partition[0].as_py())
+    if not pc.all(pc.equal(partition, first)).as_py():
+        msg = (
+            "a task of the pass per Kafka partition holds records of several Kafka "
+            "partitions: remove the Kafka source's minPartitions / maxRecordsPerPartition"
+        )
+        raise KeyedTopicError(msg)
+    return first
+
+
+@dataclass(frozen=True)
+class KeyedTopicPass:
+    """``mapInArrow`` function of a keyed topic's micro-batch ``batch_id`` over the raw
+    Kafka records: each task is one Kafka partition, checked in Arrow
+    (:func:`checked_records`) and run through the views as the shuffled pass runs a shuffle
+    partition (:func:`~featureflow.spark.topic_pass.partition_outputs`), the Kafka partition
+    standing for the shuffle partition. Output rows: :data:`~featureflow.spark.topic_pass.
+    OUTPUT_SCHEMA`."""
+
+    tasks: tuple[ViewTask, ...]
+    repo_path: str
+    batch_id: int
+    fields: tuple[tuple[str, str], ...]
+    join_key: str
+    timestamp_field: str
+    keyed: KeyedTopic
+    late_before_ns: int | None
+    future_after_ns: int
+
+    def check(self, raw: pa.Table) -> pa.Table:
+        checked = checked_records(
+            raw, self.fields, self.join_key, self.timestamp_field, self.keyed,
+            self.late_before_ns, self.future_after_ns,
+        )  # fmt: skip
+        if checked.undecided:
+            msg = (
+                f"micro-batch {self.batch_id}: a timestamp only Spark reads (neither epoch "
+                "milliseconds nor zoned RFC 3339) in a topic run as keyed by its entity; "
+                "run it without --keyed-topic"
+            )
+            raise KeyedTopicError(msg)
+        return checked.records
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        allocators.use_returning_allocators()
+        received = [batch for batch in batches if batch.num_rows]
+        if received:
+            raw = pa.Table.from_batches(received)
+            received.clear()
+            partition = kafka_partition_of(raw)
+            records = self.check(raw)
+            del raw
+            topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
+            yield from state_host.run(partition_outputs, topic, partition, [records])
+        worker_gc.settle()
+
+    def on_driver(self, raw: pa.Table) -> pa.Table:
+        """The pass of a small micro-batch on the driver: the collected raw records, each
+        Kafka partition checked apart, through :func:`~featureflow.spark.topic_pass.
+        run_on_driver` with the Kafka partition as each record's partition."""
+        checked = [
+            self.check(raw.filter(pc.equal(raw.column("partition"), partition)))
+            for partition in sorted(set(raw.column("partition").to_pylist()))
+        ]
+        records = pa.concat_tables(checked)
+        records = records.append_column(
+            PARTITION_COLUMN, records.column("partition").cast(pa.int32())
+        )
+        return run_on_driver(self.tasks, self.repo_path, self.batch_id, records)

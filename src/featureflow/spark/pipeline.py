@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from featureflow.columns import EVENT_NS
+from featureflow.errors import RepoError
 from featureflow.repo import StreamViewSpec
 from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from featureflow.schema import FeatureSchema
+    from featureflow.spark.keyed_pass import KeyedTopic
 
 log = logging.getLogger("featureflow.job")
 metrics_log = logging.getLogger("featureflow.metrics")
@@ -115,6 +117,9 @@ class StreamOptions:
     max_future_skew_ns: int = DEFAULT_FUTURE_SKEW_NS
     state_warn_bytes: int | None = None
     """``--state-warn-bytes``: a warning line when a view's state exceeds it (Arrow bytes)."""
+    keyed_topic: KeyedTopic | None = None
+    """``--keyed-topic``: the topic is keyed by its entity; one pass per Kafka partition, no
+    shuffle (:mod:`~featureflow.spark.keyed_pass`; WIP)."""
 
 
 @dataclass
@@ -236,6 +241,13 @@ class MicroBatchProcessor:
             self.exporter.observe(report)
 
 
+def json_fields(spec: StreamViewSpec) -> tuple[tuple[str, str], ...]:
+    """The view's JSON fields as (name, canonical DDL type), as the parsers take them."""
+    from featureflow.events import ddl
+
+    return tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(spec.json_schema))
+
+
 def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions) -> DataFrame:
     """The view's Kafka topic as a streaming DataFrame of raw records."""
     reader = (
@@ -327,10 +339,26 @@ class TopicBatchProcessor:
         )
         # The views' state follows the watermark the batch was judged by (see topic_pass).
         tasks = tuple(view.task(batch_id, before.watermark_ns) for view in self.views)
-        selected = batch.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
         lap = time.monotonic()
         pass_on = DRIVER if self.pass_on_driver(batch_id) else EXECUTORS
-        if pass_on == DRIVER:
+        if options.keyed_topic is not None:
+            from featureflow.spark.keyed_pass import KeyedTopicPass
+
+            keyed = KeyedTopicPass(
+                tasks, lead.repo_path, batch_id, json_fields(spec), spec.join_key,
+                spec.timestamp_field, options.keyed_topic, late_before_ns, future_after_ns,
+            )  # fmt: skip
+            if pass_on == DRIVER:
+                collected = batch.toArrow()
+                phases = {"read": time.monotonic() - lap}
+                lap = time.monotonic()
+                out = keyed.on_driver(collected)
+                phases["driver_pass"] = time.monotonic() - lap
+            else:
+                out = batch.mapInArrow(keyed, topic_pass.OUTPUT_SCHEMA).toArrow()
+                phases = {"pass": time.monotonic() - lap}
+        elif pass_on == DRIVER:
+            selected = batch.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
             # The event-time rules on the collected records: Spark's plan, and the code
             # it generates, are then the same in every batch (see event_time).
             collected = selected.select(
@@ -343,6 +371,7 @@ class TopicBatchProcessor:
             out = topic_pass.run_on_driver(tasks, lead.repo_path, batch_id, records)
             phases["driver_pass"] = time.monotonic() - lap
         else:
+            selected = batch.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
             checked = without_unneeded_bytes(
                 mark_event_time(selected, spec.timestamp_field, late_before_ns, future_after_ns)
             )
@@ -570,7 +599,11 @@ def start_topic_query(
     """
     root = options.checkpoint.rstrip("/")
     specs = checkpoint_order(root, specs)
-    partitions = options.partitions or shuffle_partitions(
+    keyed = options.keyed_topic
+    if keyed is not None and specs[0].avro_schema is not None:
+        msg = f"--keyed-topic: topic {specs[0].topic!r} is Avro; the keyed pass reads JSON only"
+        raise RepoError(msg)
+    partitions = (keyed.partitions if keyed else options.partitions) or shuffle_partitions(
         [f"{root}/{spec.name}/featureflow-state" for spec in specs],
         spark.sparkContext.defaultParallelism,
     )
@@ -593,9 +626,10 @@ def start_topic_query(
     name = "+".join(spec.name for spec in specs)
     processor = TopicBatchProcessor(views, checkpoint=f"{root}/{name}")
     processor.close_settled_sessions(spark, only_unfinished=True)
+    source = read_kafka(spark, specs[0], options)
+    stream = source.select(*PASSED_THROUGH) if keyed else parse_events(source, specs[0])
     writer = (
-        parse_events(read_kafka(spark, specs[0], options), specs[0])
-        .writeStream.queryName(f"featureflow_{name}")
+        stream.writeStream.queryName(f"featureflow_{name}")
         .foreachBatch(processor)
         .option("checkpointLocation", f"{root}/{name}")
     )
