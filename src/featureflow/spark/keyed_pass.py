@@ -18,7 +18,7 @@ for it (not built yet).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -40,6 +40,7 @@ from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 from featureflow.spark.topic_pass import (
     PARTITION_COLUMN,
     TopicPass,
+    output_rows,
     partition_outputs,
     run_on_driver,
 )
@@ -75,22 +76,9 @@ def checked_records(
     checked = first_failing(parsed, fields, join_key, timestamp_field, stamps)
     if checked.undecided.any():
         return Checked(raw, undecided=True)
-    field, reason = checked.field, checked.reason
-    usable = reason.is_null()
-    entity = parsed.column(join_key).combine_chunks().cast(pa.int64())
-    if pc.any(usable).as_py():
-        key = raw.column("key").combine_chunks().cast(pa.binary())
-        text = pc.cast(pc.cast(entity, pa.string()), pa.binary())
-        not_entity = pc.fill_null(pc.not_equal(key, text), True)
-        expected = kafka_keys.partitions_of(key, keyed.partitions, keyed.partitioner)
-        moved = pa.array(expected != raw.column("partition").to_numpy(zero_copy_only=False))
-        for broken, why in ((not_entity, KEY_NOT_ENTITY), (moved, WRONG_PARTITION)):
-            first = pc.and_(pc.fill_null(usable, False), broken)
-            if pc.any(first).as_py():
-                field = pc.if_else(first, pa.scalar("key"), field)
-                reason = pc.if_else(first, pa.scalar(why), reason)
-                usable = pc.and_(usable, pc.invert(first))
-    columns: dict[str, pa.Array | pa.ChunkedArray] = {join_key: entity}
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        join_key: parsed.column(join_key).combine_chunks().cast(pa.int64())
+    }
     for name, _ in fields:
         if name not in (join_key, timestamp_field):
             columns[name] = parsed.column(name)
@@ -98,12 +86,57 @@ def checked_records(
     columns[EVENT_NS] = pa.array(stamps.ns, pa.int64(), mask=stamps.reason != "")
     for name in ("partition", *DEAD_LETTER_ONLY):
         columns[name] = raw.column(name)
-    columns[ERROR_FIELD] = field
-    columns[ERROR_REASON] = reason
-    records = mark_event_time_collected(
-        pa.table(columns), timestamp_field, late_before_ns, future_after_ns
+    columns[ERROR_FIELD] = checked.field
+    columns[ERROR_REASON] = checked.reason
+    records = pa.table(columns)
+    return Checked(
+        finish(records, join_key, timestamp_field, keyed, late_before_ns, future_after_ns),
+        undecided=False,
     )
-    return Checked(without_unneeded_bytes_collected(records), undecided=False)
+
+
+def finish(
+    records: pa.Table, join_key: str, timestamp_field: str, keyed: KeyedTopic,
+    late_before_ns: int | None, future_after_ns: int,
+) -> pa.Table:  # fmt: skip
+    """Parsed and checked records (the parser's reasons set, raw bytes present) -> the
+    pass's input: the keying checks (:func:`mark_keying`), the event-time rules, then
+    the dead letters' bytes only. Both the Arrow path and the Spark path end here."""
+    records = mark_event_time_collected(
+        mark_keying(records, join_key, keyed), timestamp_field, late_before_ns, future_after_ns
+    )
+    return without_unneeded_bytes_collected(records)
+
+
+def mark_keying(records: pa.Table, join_key: str, keyed: KeyedTopic) -> pa.Table:
+    """``records`` with each usable record that is not keyed as the topic declares marked
+    as a dead letter naming its key: a key other than the entity's decimal text, then a
+    partition other than the partitioner's for that key."""
+    field, reason = records.column(ERROR_FIELD), records.column(ERROR_REASON)
+    usable = pc.is_null(reason)
+    if not pc.any(usable).as_py():
+        return records
+    key = records.column("key").combine_chunks().cast(pa.binary())
+    entity = records.column(join_key).combine_chunks().cast(pa.int64())
+    text = pc.cast(pc.cast(entity, pa.string()), pa.binary())
+    not_entity = pc.fill_null(pc.not_equal(key, text), True)
+    expected = kafka_keys.partitions_of(key, keyed.partitions, keyed.partitioner)
+    actual = records.column("partition").to_numpy()
+    moved = pa.array(expected != actual)
+    for broken, why in ((not_entity, KEY_NOT_ENTITY), (moved, WRONG_PARTITION)):
+        first = pc.and_(usable, broken)
+        if pc.any(first).as_py():
+            field = pc.if_else(first, pa.scalar("key"), field)
+            reason = pc.if_else(first, pa.scalar(why), reason)
+            usable = pc.and_(usable, pc.invert(first))
+    names = records.column_names
+    records = records.set_column(names.index(ERROR_FIELD), ERROR_FIELD, field)
+    return records.set_column(names.index(ERROR_REASON), ERROR_REASON, reason)
+
+
+UNDECIDED = "undecided"
+"""Kind of the output row of a Kafka partition whose batch the executors left to the driver
+(a timestamp only Spark reads): its ``partition`` column names it."""
 
 
 class KeyedTopicError(RuntimeError):
@@ -143,20 +176,6 @@ class KeyedTopicPass:
     late_before_ns: int | None
     future_after_ns: int
 
-    def check(self, raw: pa.Table) -> pa.Table:
-        checked = checked_records(
-            raw, self.fields, self.join_key, self.timestamp_field, self.keyed,
-            self.late_before_ns, self.future_after_ns,
-        )  # fmt: skip
-        if checked.undecided:
-            msg = (
-                f"micro-batch {self.batch_id}: a timestamp only Spark reads (neither epoch "
-                "milliseconds nor zoned RFC 3339) in a topic run as keyed by its entity; "
-                "run it without --keyed-topic"
-            )
-            raise KeyedTopicError(msg)
-        return checked.records
-
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         allocators.use_returning_allocators()
         received = [batch for batch in batches if batch.num_rows]
@@ -164,21 +183,51 @@ class KeyedTopicPass:
             raw = pa.Table.from_batches(received)
             received.clear()
             partition = kafka_partition_of(raw)
-            records = self.check(raw)
+            checked = self.check(raw)
             del raw
-            topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
-            yield from state_host.run(partition_outputs, topic, partition, [records])
+            if checked.undecided:  # the driver takes the Spark path for this partition
+                yield output_rows(UNDECIDED, 1, partition=[partition])
+            else:
+                topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
+                yield from state_host.run(partition_outputs, topic, partition, [checked.records])
         worker_gc.settle()
 
-    def on_driver(self, raw: pa.Table) -> pa.Table:
-        """The pass of a small micro-batch on the driver: the collected raw records, each
-        Kafka partition checked apart, through :func:`~featureflow.spark.topic_pass.
-        run_on_driver` with the Kafka partition as each record's partition."""
-        checked = [
-            self.check(raw.filter(pc.equal(raw.column("partition"), partition)))
-            for partition in sorted(set(raw.column("partition").to_pylist()))
-        ]
-        records = pa.concat_tables(checked)
+    def check(self, raw: pa.Table) -> Checked:
+        return checked_records(
+            raw, self.fields, self.join_key, self.timestamp_field, self.keyed,
+            self.late_before_ns, self.future_after_ns,
+        )  # fmt: skip
+
+    def finish(self, parsed: pa.Table) -> pa.Table:
+        """Records the Spark path parsed and checked (``parse_events``' columns) -> the
+        pass's input (:func:`finish`)."""
+        return finish(
+            parsed, self.join_key, self.timestamp_field, self.keyed, self.late_before_ns,
+            self.future_after_ns,
+        )  # fmt: skip
+
+    def on_driver(
+        self, checked_by_spark: Callable[[list[int]], pa.Table], raw: pa.Table | None = None,
+        partitions: list[int] | None = None,
+    ) -> pa.Table:  # fmt: skip
+        """The views on the driver (:func:`~featureflow.spark.topic_pass.run_on_driver`,
+        each record's Kafka partition as its partition) over each Kafka partition of the
+        collected ``raw`` records checked in Arrow, and of ``partitions`` (and any of
+        ``raw``'s whose timestamps only Spark reads) checked by ``checked_by_spark``."""
+        inputs: list[pa.Table] = []
+        by_spark = list(partitions or [])
+        if raw is not None and raw.num_rows:
+            for partition in sorted(set(raw.column("partition").to_pylist())):
+                checked = self.check(raw.filter(pc.equal(raw.column("partition"), partition)))
+                if checked.undecided:
+                    by_spark.append(partition)
+                else:
+                    inputs.append(checked.records)
+        if by_spark:
+            inputs.append(checked_by_spark(sorted(by_spark)))
+        # the paths carry the view columns alike; the Arrow path may carry more fields
+        names = [n for n in inputs[0].column_names if all(n in t.column_names for t in inputs)]
+        records = pa.concat_tables([table.select(names) for table in inputs])
         records = records.append_column(
             PARTITION_COLUMN, records.column("partition").cast(pa.int32())
         )

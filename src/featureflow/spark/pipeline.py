@@ -342,20 +342,38 @@ class TopicBatchProcessor:
         lap = time.monotonic()
         pass_on = DRIVER if self.pass_on_driver(batch_id) else EXECUTORS
         if options.keyed_topic is not None:
-            from featureflow.spark.keyed_pass import KeyedTopicPass
+            from pyspark.sql import functions as F
+
+            from featureflow.spark.keyed_pass import UNDECIDED, KeyedTopicPass
 
             keyed = KeyedTopicPass(
                 tasks, lead.repo_path, batch_id, json_fields(spec), spec.join_key,
                 spec.timestamp_field, options.keyed_topic, late_before_ns, future_after_ns,
             )  # fmt: skip
+
+            def checked_by_spark(partitions: list[int]) -> pa.Table:
+                # the Kafka partitions holding a timestamp only Spark reads: Spark's parse
+                records = batch.where(F.col("partition").isin(partitions))
+                parsed = parse_events(records, spec).select(
+                    *columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON
+                )
+                return keyed.finish(parsed.toArrow())
+
             if pass_on == DRIVER:
                 collected = batch.toArrow()
                 phases = {"read": time.monotonic() - lap}
                 lap = time.monotonic()
-                out = keyed.on_driver(collected)
+                out = keyed.on_driver(checked_by_spark, collected)
                 phases["driver_pass"] = time.monotonic() - lap
             else:
                 out = batch.mapInArrow(keyed, topic_pass.OUTPUT_SCHEMA).toArrow()
+                left = pc.equal(out.column("kind"), UNDECIDED)
+                if pc.any(left).as_py():
+                    undecided = out.filter(left).column("partition").to_pylist()
+                    out = pa.concat_tables([
+                        out.filter(pc.invert(left)), keyed.on_driver(checked_by_spark,
+                                                                     partitions=undecided),
+                    ])  # fmt: skip
                 phases = {"pass": time.monotonic() - lap}
         elif pass_on == DRIVER:
             selected = batch.select(*columns, *PASSED_THROUGH, ERROR_FIELD, ERROR_REASON)
