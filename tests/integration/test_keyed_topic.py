@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from duckdb_oracle import END_NS
-from job_harness import apply, copy_repo, run_job, sorted_history
+from job_harness import apply, copy_repo, job_command, run, run_job, sorted_history
 
 from featureflow.events import sample
 from featureflow.infra import kafka_broker, kafka_client
@@ -86,6 +86,15 @@ def test_keyed_pass_writes_what_the_shuffled_pass_writes(
                       *extra)  # fmt: skip
         runs[mode] = (repo, log)
     keyed_log = runs["keyed"][1]
+    if driver_pass_records == "0":
+        # the keyed state refuses a run that would place entities otherwise
+        repo, checkpoint = runs["keyed"][0], tmp_path / "keyed" / "checkpoint"
+        for extra, why in (
+            (("--keyed-topic", "crc32", "--partitions", "3"), "has 4 partitions, not"),
+            ((), "run the job with --keyed-topic crc32"),
+        ):
+            refused = run(job_command(repo, kafka_bootstrap, checkpoint, "--available-now", *extra))
+            assert refused.returncode != 0 and why in refused.stdout + refused.stderr, why
     assert re.search(rf"skipped record {topic}\[0\]@\d+: field 'key': the Kafka key", keyed_log)
     for view in ("user_txn_stats", "user_sessions"):
         shuffled = _history(runs["shuffled"][0], view)

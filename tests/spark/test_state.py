@@ -230,3 +230,22 @@ def test_a_held_version_still_the_newest_stays_resident(tmp_path: Path) -> None:
         path.unlink()  # storage lost the file: the held copy defines nothing any more
     assert state_module.drop_superseded(9) == 1
     assert not state_module._RESIDENT
+
+
+def test_state_records_how_its_entities_were_placed_and_refuses_another_way(
+    tmp_path: Path,
+) -> None:
+    events = _events(1)
+    keyed = StateStore(str(tmp_path / "keyed"), 4)
+    keyed.check_partitioning("kafka-crc32")  # new state: the scheme is recorded
+    keyed.save_events(0, 0, events)
+    StateStore(str(tmp_path / "keyed"), 4).check_partitioning("kafka-crc32")
+    with pytest.raises(JobError, match="run the job with --keyed-topic crc32"):
+        StateStore(str(tmp_path / "keyed"), 4).check_partitioning("entity-hash")
+    # state written before schemes were recorded was placed by the entity's hash
+    legacy = StateStore(str(tmp_path / "legacy"), 4)
+    legacy.save_events(0, 0, events)
+    (tmp_path / "legacy" / state_module.PARTITIONING_FILE).unlink(missing_ok=True)
+    legacy.check_partitioning("entity-hash")
+    with pytest.raises(JobError, match="run the job without --keyed-topic"):
+        legacy.check_partitioning("kafka-murmur2")

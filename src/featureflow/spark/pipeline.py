@@ -61,7 +61,7 @@ from featureflow.spark.metrics import (
 from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
-from featureflow.spark.state import StateStore, filesystem_of, written_partitions
+from featureflow.spark.state import ENTITY_HASH, StateStore, filesystem_of, written_partitions
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,
     DEFAULT_IDLE_TIMEOUT_NS,
@@ -621,6 +621,21 @@ def start_topic_query(
     if keyed is not None and specs[0].avro_schema is not None:
         msg = f"--keyed-topic: topic {specs[0].topic!r} is Avro; the keyed pass reads JSON only"
         raise RepoError(msg)
+    if keyed is not None:
+        from featureflow.infra import kafka_client
+
+        found = len(
+            kafka_client.end_offsets(
+                options.bootstrap or specs[0].bootstrap_servers, specs[0].topic,
+                settings=options.kafka_options,
+            )
+        )  # fmt: skip
+        if found != keyed.partitions:
+            msg = (
+                f"--keyed-topic: topic {specs[0].topic!r} has {found} partitions, not "
+                f"--partitions {keyed.partitions}: a keyed topic's partitions are its state's"
+            )
+            raise RepoError(msg)
     partitions = (keyed.partitions if keyed else options.partitions) or shuffle_partitions(
         [f"{root}/{spec.name}/featureflow-state" for spec in specs],
         spark.sparkContext.defaultParallelism,
@@ -629,6 +644,7 @@ def start_topic_query(
     for spec in specs:
         state = StateStore(f"{root}/{spec.name}/featureflow-state", partitions)
         state.check_layout()
+        state.check_partitioning(f"kafka-{keyed.partitioner}" if keyed else ENTITY_HASH)
         schema = (feature_schemas or {}).get(spec.name)
         views.append(
             MicroBatchProcessor(

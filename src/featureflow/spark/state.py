@@ -403,6 +403,11 @@ def wait_for_snapshots() -> None:
         future.result()
 
 
+PARTITIONING_FILE = "partitioning"
+"""The file under a state root that names how its entities were placed in partitions."""
+ENTITY_HASH = "entity-hash"
+
+
 def written_partitions(root: str) -> set[int]:
     """The partition counts the state under ``root`` was written with (empty: none yet)."""
     filesystem, base = filesystem_of(root)
@@ -437,6 +442,40 @@ class StateStore:
             msg = (
                 f"the state under {self.root} was written with {sorted(others)} partitions; "
                 f"run the job with --partitions {min(others)} or start from a new checkpoint"
+            )
+            raise JobError(msg)
+
+    def check_partitioning(self, scheme: str) -> None:
+        """Refuse state whose entities were placed by another scheme (``entity-hash``: the
+        shuffle's hash of the entity; ``kafka-<partitioner>``: a topic keyed by its
+        entity, the Kafka partition); record the scheme with new state. State written
+        before schemes were recorded is ``entity-hash``.
+
+        Raises:
+            JobError: naming the scheme the state needs.
+        """
+        filesystem, base = self._paths()
+        path = f"{base}/{PARTITIONING_FILE}"
+        if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+            if not written_partitions(self.root):  # new state: record it, atomically
+                file_modes.make_dirs(filesystem, base)
+                temporary = create_temporary(filesystem, path)
+                with filesystem.open_output_stream(temporary) as out:
+                    out.write(scheme.encode())
+                filesystem.move(temporary, path)
+                return
+            recorded = ENTITY_HASH
+        else:
+            with filesystem.open_input_stream(path) as stream:
+                recorded = stream.read().decode()
+        if recorded != scheme:
+            how = (
+                "without --keyed-topic" if recorded == ENTITY_HASH
+                else f"with --keyed-topic {recorded.removeprefix('kafka-')}"
+            )  # fmt: skip
+            msg = (
+                f"the state under {self.root} places entities by {recorded}, not {scheme}: "
+                f"run the job {how}, or start from a new checkpoint"
             )
             raise JobError(msg)
 
