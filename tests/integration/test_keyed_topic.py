@@ -1,4 +1,4 @@
-"""WIP: the job's pass per Kafka partition (--keyed-topic) against its shuffled layout on
+"""The job's pass per Kafka partition (--keyed-topic) against its shuffled layout on
 the same topic: a real broker, a 4-partition topic keyed by the user (librdkafka's default
 partitioner, crc32), uneven partitions, several micro-batches, both views. The offline
 history must be the same row for row; a record keyed otherwise is a dead letter naming

@@ -1,4 +1,4 @@
-"""WIP: the records of one Kafka partition checked in Arrow (keyed_pass.checked_records)
+"""The records of one Kafka partition checked in Arrow (keyed_pass.checked_records)
 against the job's Spark path on the same raw records (parse_events, the event-time rules,
 the dead letters' bytes): the same rows, column for column, on a topic keyed by its
 entity; records keyed otherwise become dead letters naming the key."""
@@ -13,13 +13,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from featureflow.columns import EVENT_NS
+from featureflow.errors import RepoError
 from featureflow.events import ddl, kafka_keys
 from featureflow.spark.event_time import mark_event_time, without_unneeded_bytes
 from featureflow.spark.keyed_pass import (
     KEY_NOT_ENTITY,
     WRONG_PARTITION,
     KeyedTopic,
+    KeyedTopicError,
     checked_records,
+    kafka_partition_of,
 )
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
 
@@ -124,3 +127,21 @@ def test_records_keyed_otherwise_are_dead_letters_naming_the_key() -> None:
         (None, None), ("key", KEY_NOT_ENTITY), ("key", WRONG_PARTITION),
     ]  # fmt: skip
     assert [r["value"] for r in rows] == [None, value, value]
+
+
+def test_a_task_holding_several_kafka_partitions_is_refused() -> None:
+    """One task per Kafka partition's offset range, or two tasks would build one state."""
+    value = b'{"user_id":7,"amount":1.5,"event_timestamp":1795996800250}'
+    assert kafka_partition_of(_raw([value] * 2, [b"7"] * 2, [3, 3])) == 3
+    with pytest.raises(KeyedTopicError, match="minPartitions"):
+        kafka_partition_of(_raw([value] * 2, [b"7"] * 2, [3, 1]))
+
+
+def test_the_job_option_needs_the_partition_count() -> None:
+    from featureflow.spark.job import _keyed_topic, build_parser
+
+    args = build_parser().parse_args(["--repo", "r", "--checkpoint", "c", "--keyed-topic", "crc32"])
+    with pytest.raises(RepoError, match="--keyed-topic needs --partitions"):
+        _keyed_topic(args.keyed_topic, args.partitions)
+    assert _keyed_topic("crc32", 8) == KeyedTopic(8, kafka_keys.CRC32)
+    assert _keyed_topic(None, 8) is None

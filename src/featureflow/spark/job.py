@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument(
         "--keyed-topic", choices=("murmur2", "crc32"), metavar="PARTITIONER",
-        help="WIP: the topic is keyed by its entity (each record's key its entity's decimal "
+        help="the topic is keyed by its entity (each record's key its entity's decimal "
         "text, its partition PARTITIONER's for that key: murmur2 as Java's client, crc32 "
         "as librdkafka's); one pass per Kafka partition, no shuffle; --partitions must be "
         "the topic's partition count; a record keyed otherwise is a dead letter",

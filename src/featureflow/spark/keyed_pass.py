@@ -1,4 +1,4 @@
-"""WIP: the records of one Kafka partition of a topic keyed by its entity, checked in Arrow.
+"""The pass per Kafka partition of a topic keyed by its entity (``--keyed-topic``).
 
 A topic is keyed by its entity when every record's Kafka key is the entity's decimal text
 and its partition is the declared partitioner's choice for that key
@@ -12,8 +12,20 @@ shuffled pass receives (:class:`~featureflow.spark.topic_pass.TopicPass`): the v
 columns, ``event_ns``, the Kafka coordinates, ``error_field``/``error_reason`` (the
 parser's first failing check, then the keying checks, then the event-time rules), and the
 raw bytes, topic and offset of dead letters only. A record whose timestamp only Spark
-reads leaves the whole partition's batch undecided: the caller must take the Spark path
-for it (not built yet).
+reads (a text other than epoch digits and the usual RFC 3339 forms) leaves the whole
+partition's batch *undecided*: that partition takes the Spark path (``parse_events``) on
+the driver, through the same keying checks and event-time rules (:func:`finish`), so each
+state version is still built once.
+
+One task must hold one Kafka partition's whole offset range: Spark's Kafka source gives
+each topic partition one task unless ``minPartitions`` or ``maxRecordsPerPartition`` is
+set, which the job never sets (a task that finds several Kafka partitions fails with
+:class:`KeyedTopicError`).
+
+Exact only when the topic really is keyed so: a usable record whose key is not its
+entity's decimal text (:data:`KEY_NOT_ENTITY`), or which sits in another partition than
+the partitioner's for its key (:data:`WRONG_PARTITION`), is a dead letter naming the field
+``key`` and that reason, never folded into another entity's state.
 """
 
 from __future__ import annotations
@@ -120,7 +132,11 @@ def mark_keying(records: pa.Table, join_key: str, keyed: KeyedTopic) -> pa.Table
     entity = records.column(join_key).combine_chunks().cast(pa.int64())
     text = pc.cast(pc.cast(entity, pa.string()), pa.binary())
     not_entity = pc.fill_null(pc.not_equal(key, text), True)
-    expected = kafka_keys.partitions_of(key, keyed.partitions, keyed.partitioner)
+    # hashed once per distinct key: a batch repeats its entities' keys many times
+    distinct = pc.unique(key)
+    expected = kafka_keys.partitions_of(distinct, keyed.partitions, keyed.partitioner)[
+        pc.index_in(key, distinct).to_numpy()
+    ]
     actual = records.column("partition").to_numpy()
     moved = pa.array(expected != actual)
     for broken, why in ((not_entity, KEY_NOT_ENTITY), (moved, WRONG_PARTITION)):

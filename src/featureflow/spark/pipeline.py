@@ -119,7 +119,7 @@ class StreamOptions:
     """``--state-warn-bytes``: a warning line when a view's state exceeds it (Arrow bytes)."""
     keyed_topic: KeyedTopic | None = None
     """``--keyed-topic``: the topic is keyed by its entity; one pass per Kafka partition, no
-    shuffle (:mod:`~featureflow.spark.keyed_pass`; WIP)."""
+    shuffle (:mod:`~featureflow.spark.keyed_pass`)."""
 
 
 @dataclass
