@@ -20,6 +20,10 @@ the sessions close that ends it. After a final drain:
 The uninterrupted run shuffles every micro-batch to the executors; the killed runs
 take turns between that and the driver's pass of small batches (the default here),
 so a batch killed on one path is re-run on the other.
+
+The topic is keyed by the user as librdkafka's default partitioner places keys (CRC-32),
+so the same kills also run the pass per Kafka partition (``--keyed-topic crc32``, the
+Kafka partitions as the state's): it must end where the shuffled layout ends.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from job_harness import (
     sorted_history,
 )
 
-from featureflow.events import sample
+from featureflow.events import kafka_keys, sample
 from featureflow.infra import kafka_broker, kafka_client
 from featureflow.spark import failpoints
 
@@ -76,6 +80,9 @@ KILLS = ("random", "mid_online_write", "random", "after_state_save", "random",
          "mid_offline_write")  # fmt: skip
 """The runs, each SIGKILLed: the failpoints on shuffled runs, the random kills between them
 on the driver's pass (the drain and the last run then meet batches of both)."""
+KEYED = ("--keyed-topic", kafka_keys.CRC32, "--partitions", str(len(LAYOUT)))
+"""The pass per Kafka partition: the options of every run in keyed mode (``--keyed-topic``
+always names the topic's partition count)."""
 
 
 def _take(events: sample.SampleEvents, order: np.ndarray) -> sample.SampleEvents:
@@ -87,14 +94,19 @@ def _take(events: sample.SampleEvents, order: np.ndarray) -> sample.SampleEvents
 def _partitions(seed: int) -> list[sample.SampleEvents]:
     """The events of each Kafka partition, in production order (disjoint users)."""
     rng = np.random.default_rng(seed)
-    parts, first_user = [], 0
+    # each partition's users are ids whose key (their decimal text) CRC-32 places there
+    ids = np.arange(1, 3 * sum(users for _, users, _, _ in LAYOUT))
+    keys = pa.array([str(user).encode() for user in ids.tolist()], pa.binary())
+    placed = kafka_keys.partitions_of(keys, len(LAYOUT), kafka_keys.CRC32)
+    parts = []
     for at, (count, users, span_s, before_s) in enumerate(LAYOUT):
         events = sample.generate(
             count, users=users, seed=seed + at, end_ns=END_NS - before_s * 10**9,
             span_s=span_s, out_of_order_share=0.0,
         )  # fmt: skip
-        events = dataclasses.replace(events, user_id=events.user_id + first_user)
-        first_user += users
+        own = ids[placed == at]
+        assert len(own) >= users
+        events = dataclasses.replace(events, user_id=own[events.user_id - 1])
         # One event per (user, time), so that every history row has one oracle row.
         _, first = np.unique(np.stack([events.user_id, events.event_ns]), axis=1,
                              return_index=True)  # fmt: skip
@@ -160,7 +172,9 @@ def _dead_letters(log: str) -> dict[str, int]:
     return total
 
 
-def _kill_and_restart(repo: Path, bootstrap: str, checkpoint: Path, tmp: Path) -> str:
+def _kill_and_restart(
+    repo: Path, bootstrap: str, checkpoint: Path, tmp: Path, options: tuple[str, ...]
+) -> str:
     """Run the job once per entry of ``KILLS``, each run SIGKILLed; returns the logs.
 
     Every other run shuffles each micro-batch (the others run them on the driver), so
@@ -175,7 +189,7 @@ def _kill_and_restart(repo: Path, bootstrap: str, checkpoint: Path, tmp: Path) -
             run_env[failpoints.ONCE_ENV] = str(tmp / f"failpoint-{attempt}")
         with log_path.open("wb") as out:
             job = subprocess.Popen(
-                job_command(repo, bootstrap, checkpoint, *OPTIONS, *TRIGGER,
+                job_command(repo, bootstrap, checkpoint, *options, *TRIGGER,
                             *(SHUFFLED if attempt % 2 else ())),
                 stdout=out, stderr=subprocess.STDOUT, env=run_env, start_new_session=True,
             )  # fmt: skip
@@ -208,7 +222,7 @@ def _kill_and_restart(repo: Path, bootstrap: str, checkpoint: Path, tmp: Path) -
 
 
 def _drain_killed_in_its_session_close(
-    repo: Path, bootstrap: str, checkpoint: Path, tmp: Path
+    repo: Path, bootstrap: str, checkpoint: Path, tmp: Path, options: tuple[str, ...]
 ) -> str:
     """An ``--available-now`` run to the end of the topic, SIGKILLed in the sessions close
     that ends it (one partition closed, others maybe not): the next start must finish
@@ -218,7 +232,7 @@ def _drain_killed_in_its_session_close(
     marker = tmp / "failpoint-drain"
     run_env[failpoints.ONCE_ENV] = str(marker)
     job = subprocess.run(
-        job_command(repo, bootstrap, checkpoint, "--available-now", *OPTIONS),
+        job_command(repo, bootstrap, checkpoint, "--available-now", *options),
         capture_output=True, text=True, env=run_env, start_new_session=True, timeout=600,
         check=False,
     )  # fmt: skip
@@ -256,9 +270,12 @@ def _arrival_oracle(events: pa.Table, history: pa.Table) -> pa.Table:
     ).to_arrow_table()
 
 
-@pytest.mark.parametrize("store", ["sqlite", "redis"])
+@pytest.mark.parametrize(
+    ("store", "layout"), [("sqlite", "shuffled"), ("redis", "shuffled"), ("redis", "keyed")]
+)
 def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_duckdb(
     store: str,
+    layout: str,
     chaos_topic: ChaosTopic,
     uninterrupted: pa.Table,
     kafka_bootstrap: str,
@@ -274,11 +291,18 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
         repo = copy_repo(tmp_path, online)
         apply(repo, chaos_topic.name)
         checkpoint = tmp_path / "checkpoint"
-        logs = _kill_and_restart(repo, kafka_bootstrap, checkpoint, tmp_path)
-        logs += _drain_killed_in_its_session_close(repo, kafka_bootstrap, checkpoint, tmp_path)
-        logs += run_job(repo, kafka_bootstrap, checkpoint, *COUNT_UNNAMED)
+        keyed = layout == "keyed"
+        options = (*COUNT_UNNAMED, *KEYED) if keyed else OPTIONS
+        logs = _kill_and_restart(repo, kafka_bootstrap, checkpoint, tmp_path, options)
+        logs += _drain_killed_in_its_session_close(
+            repo, kafka_bootstrap, checkpoint, tmp_path, options
+        )
+        logs += run_job(repo, kafka_bootstrap, checkpoint, *COUNT_UNNAMED, *(KEYED * keyed))
         layouts = {path.name for path in checkpoint.rglob("partitions=*")}
-        assert layouts == {"partitions=16"}, "a run without --partitions keeps the checkpoint's"
+        if keyed:  # the Kafka partitions are the state's
+            assert layouts == {f"partitions={len(LAYOUT)}"}
+        else:
+            assert layouts == {"partitions=16"}, "a run without --partitions keeps the checkpoint's"
 
         assert _dead_letters(logs) == {}, "no event is late under per-partition watermarks"
         assert {report["pass_on"] for report in _metrics(logs)} == {"driver", "executors"}
