@@ -22,6 +22,9 @@ DEMO_CHECKPOINT := .featureflow/checkpoints/demo
 STREAM_EVENTS ?= 2000000
 STREAM_USERS  ?= 100000
 STREAM_TRIGGER ?= 1000000
+# Partitions of its topic: the job's pass per Kafka partition (--keyed-topic) runs one task
+# per partition.
+STREAM_PARTITIONS ?= 2
 # Producer rates (events/s) of the freshness sweep, each run on Redis and on SQLite.
 STREAM_FRESH_RATES ?= 2000,5000,10000,20000,40000
 
@@ -100,7 +103,7 @@ bench: setup
 	$(BIN)/python bench/stream_flat_topic.py
 	$(BIN)/python bench/parse.py
 	$(BIN)/python bench/stream.py --events $(STREAM_EVENTS) --users $(STREAM_USERS) --max-offsets-per-trigger $(STREAM_TRIGGER) \
-	  --fresh-rates $(STREAM_FRESH_RATES)
+	  --topic-partitions $(STREAM_PARTITIONS) --fresh-rates $(STREAM_FRESH_RATES)
 	$(BIN)/python bench/layout_floors.py
 	$(BIN)/python bench/realtime_mode.py
 

@@ -1,13 +1,15 @@
 """Stream job benchmark: sustained events/s and freshness, against Feast's and Spark's own.
 
 1. Sustained throughput. ``--events`` sample events (``--users`` Zipf-skewed
-   users, event time over the last day) go into a fresh 2-partition topic; the
-   job (``spark-submit jobs/realtime.py --available-now``) runs on a private copy
-   of the example repo with both views once per online store (``--stores``,
-   default Redis — a redis-server of the benchmark's own — then SQLite), and once
-   with ``user_txn_stats`` alone. events/s = topic events / wall time of the
-   query, from the start of its first micro-batch to the end of its last
-   (``featureflow.metrics`` lines).
+   users, event time over the last day) go into a fresh topic of
+   ``--topic-partitions`` partitions (default 2), keyed by the user as librdkafka
+   places keys (CRC-32); the job (``spark-submit jobs/realtime.py --available-now``)
+   runs on a private copy of the example repo with both views once per online store
+   (``--stores``, default Redis — a redis-server of the benchmark's own — then
+   SQLite), once with its pass per Kafka partition instead of the shuffle
+   (``--keyed-topic crc32``, first store), and once with ``user_txn_stats`` alone.
+   events/s = topic events / wall time of the query, from the start of its first
+   micro-batch to the end of its last (``featureflow.metrics`` lines).
 2. Peers on the same topic, in the same run: Feast's ``SparkKafkaProcessor``
    (ingest only, no windows), Spark's native hopping ``window()`` aggregation
    the Kafka source and the job's parser into a noop sink (the parse floor, which
@@ -41,7 +43,8 @@ the load average: the machine has 2 cores shared with other work.
 
 Usage: .venv/bin/python bench/stream.py [--events N] [--users U]
        [--max-offsets-per-trigger M] [--stores redis,sqlite]
-       [--skip sustained,rolling,window,feast,parse,shuffle,floor,fresh]
+       [--topic-partitions P] [--section NAME]
+       [--skip sustained,keyed,rolling,window,feast,parse,shuffle,floor,fresh]
        [--fresh-rate R | --fresh-rates R1,R2,...] [--fresh-seconds S] [--phases]
 (run by ``make bench``, not by the tests).
 """
@@ -96,7 +99,9 @@ BIN = Path(sys.executable).parent
 METRICS_LINE = re.compile(
     r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO featureflow\.metrics: (\{.*\})$"
 )
-SKIPPABLE = ("sustained", "rolling", "window", "feast", "parse", "shuffle", "floor", "fresh")
+SKIPPABLE = (
+    "sustained", "keyed", "rolling", "window", "feast", "parse", "shuffle", "floor", "fresh"
+)  # fmt: skip
 STORES = ("redis", "sqlite")
 SQLITE_STORE = "online_store:\n  type: sqlite\n  path: data/online_store.db\n"
 
@@ -194,8 +199,12 @@ def run_job(repo: Path, bootstrap: str, checkpoint: Path, events: int, system: s
     log = log_path.read_text()
     if returncode or "kernels: mojo" not in log:
         raise RuntimeError(f"the job failed (exit {returncode}):\n{log[-4000:]}")
-    run = job_run(system, events, metrics_lines(log))
+    lines = metrics_lines(log)
+    run = job_run(system, events, lines)
     run.memory = memory.summary()
+    dead = sum(sum(line.get("dead_letters", {}).values()) for line in lines)
+    if dead:  # the sample has no bad event: a keyed run's would be mis-keyed records
+        run.note = f"{dead:,} dead letters"
     return run
 
 
@@ -243,12 +252,13 @@ def check_encoding(events: sample.SampleEvents, count: int = 2_000) -> None:
 
 
 def produce_events(
-    bootstrap: str, topic: str, events: int, users: int, seed: int
+    bootstrap: str, topic: str, events: int, users: int, seed: int, partitions: int = 2
 ) -> tuple[float, int]:
-    """Generate and produce ``events`` sample events into a new 2-partition topic; returns
-    the seconds it took and the distinct users (entities) among them (the sample's
+    """Generate and produce ``events`` sample events into a new topic of ``partitions``
+    partitions, keyed by user (the producer's default partitioner: CRC-32 of the key);
+    returns the seconds it took and the distinct users (entities) among them (the sample's
     activity is Zipf-like: fewer than ``users``)."""
-    kafka_broker.create_topic(bootstrap, topic, partitions=2)
+    kafka_broker.create_topic(bootstrap, topic, partitions=partitions)
     generated = sample.generate(events, users=users, seed=seed)
     check_encoding(generated)
     started = time.monotonic()
@@ -772,7 +782,9 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
     (featureflow, both views, on the first of ``args.stores``)."""
     load_before = os.getloadavg()[0]
     topic = f"bench-stream-{uuid.uuid4().hex[:8]}"
-    produce_s, entities = produce_events(args.bootstrap, topic, args.events, args.users, seed=5)
+    produce_s, entities = produce_events(
+        args.bootstrap, topic, args.events, args.users, seed=5, partitions=args.topic_partitions
+    )
     print(f"produced {args.events:,} events ({args.users:,} users) to {topic} in {produce_s:.0f} s")
     warm_s, report = warm_broker(args.bootstrap, topic, args.max_offsets_per_trigger)
     print(f"read the topic once in {warm_s:.0f} s (broker warm-up, not timed): {report}")
@@ -790,6 +802,17 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
                             offsets))  # fmt: skip
         print(table(runs, runs[0]), flush=True)
     both = runs[0]
+    if "keyed" not in skip:
+        store = args.stores[0]
+        keyed_repo = private_repo(
+            root, f"repo-keyed-{store}", topic, args.redis if store == "redis" else None
+        )
+        runs.append(run_job(keyed_repo, args.bootstrap, root / f"ckpt-keyed-{store}",
+                            args.events,
+                            f"featureflow, both views, pass per Kafka partition, {store}",
+                            offsets, "--keyed-topic", "crc32",
+                            "--partitions", str(args.topic_partitions)))  # fmt: skip
+        print(table(runs, both), flush=True)
     if "rolling" not in skip:
         store = args.stores[0]
         rolling_repo = private_repo(
@@ -850,8 +873,9 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
             run.cpu = cpu.between(*run.interval)
     kafka_broker.delete_topic(args.bootstrap, topic)
     load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-    save("sustained", {
+    save(args.section or "sustained", {
         "scale": {"events": args.events, "users": args.users, "entities": entities,
+                  "topic_partitions": args.topic_partitions,
                   "max_offsets_per_trigger": offsets},
         "load_average_1m": load, "produce_s": round(produce_s, 1), "runs": as_record(runs),
         "table": table(runs, both, floor) + "\n\nMemory:\n\n" + memory_table(runs, entities)
@@ -921,6 +945,11 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=500_000)
     parser.add_argument(
+        "--topic-partitions", type=int, default=2,
+        help="partitions of the sustained run's topic (the pass per Kafka partition runs "
+             "one task per partition)",
+    )  # fmt: skip
+    parser.add_argument(
         "--fresh-rate", type=float, default=0.0,
         help="events/s of the freshness run (default: half the sustained rate; "
              "required with --skip sustained)",
@@ -951,8 +980,9 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument(
         "--section", default="",
-        help="save a freshness run or sweep under this section of stream.json (default "
-             "freshness, freshness_sweep; a sweep under another name draws no chart)",
+        help="save the sustained run, a freshness run or sweep under this section of "
+             "stream.json (default sustained, freshness, freshness_sweep; a sweep under "
+             "another name draws no chart)",
     )
     parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(SKIPPABLE)}")
     parser.add_argument("--feast-timeout", type=float, default=900.0)
@@ -999,6 +1029,8 @@ def main() -> int:
         parser.error(f"--skip takes {SKIPPABLE}, got {sorted(skip)}")
     if not args.stores or set(args.stores) - set(STORES):
         parser.error(f"--stores takes {STORES}, got {args.stores}")
+    if args.section and not {"sustained", "fresh"} & skip:
+        parser.error("--section names one step's section: --skip sustained or fresh")
     if "sustained" in skip and not (args.fresh_rate or rates) and "fresh" not in skip:
         parser.error("--skip sustained needs --fresh-rate or --fresh-rates")
     args.bootstrap = args.bootstrap or kafka_broker.start()
