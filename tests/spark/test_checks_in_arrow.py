@@ -31,7 +31,7 @@ STAMPS = [
 
 
 def _in_arrow(values: list[bytes | None]) -> tuple[pa.Array, pa.Array, list[int], list[bool]]:
-    fields = tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(SPEC.json_schema))
+    fields = ddl.canonical_fields(SPEC.json_schema)
     parsed = BatchJsonParser(JsonRecordParser(fields, SPEC.join_key, SPEC.timestamp_field))(
         pa.array(values, pa.binary())
     )

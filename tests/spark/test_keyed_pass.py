@@ -29,7 +29,7 @@ from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, p
 pytestmark = pytest.mark.integration
 
 SPEC = EXAMPLE_SPEC
-FIELDS = tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(SPEC.json_schema))
+FIELDS = ddl.canonical_fields(SPEC.json_schema)
 KEYED = KeyedTopic(partitions=4)
 BASE_NS = 1_795_996_800_000_000_000
 

@@ -65,3 +65,8 @@ def fields(ddl: str) -> list[tuple[str, str]]:
         if name:
             result.append((name.strip("`"), kind.strip()))
     return result
+
+
+def canonical_fields(ddl: str) -> tuple[tuple[str, str], ...]:
+    """(name, Spark's own type name) of each top-level field, as the JSON parsers take them."""
+    return tuple((name, canonical(kind)) for name, kind in fields(ddl))

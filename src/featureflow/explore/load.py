@@ -312,7 +312,7 @@ def parse_records(
     takes a few looser spellings).
     """
     parser = JsonRecordParser(
-        tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(spec.json_schema)),
+        ddl.canonical_fields(spec.json_schema),
         spec.join_key,
         spec.timestamp_field,
     )

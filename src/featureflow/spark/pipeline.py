@@ -42,6 +42,7 @@ import pyarrow.fs as pafs
 
 from featureflow.columns import EVENT_NS
 from featureflow.errors import RepoError
+from featureflow.events import ddl
 from featureflow.repo import StreamViewSpec
 from featureflow.spark import failpoints
 from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
@@ -241,13 +242,6 @@ class MicroBatchProcessor:
             self.exporter.observe(report)
 
 
-def json_fields(spec: StreamViewSpec) -> tuple[tuple[str, str], ...]:
-    """The view's JSON fields as (name, canonical DDL type), as the parsers take them."""
-    from featureflow.events import ddl
-
-    return tuple((name, ddl.canonical(kind)) for name, kind in ddl.fields(spec.json_schema))
-
-
 def read_kafka(spark: SparkSession, spec: StreamViewSpec, options: StreamOptions) -> DataFrame:
     """The view's Kafka topic as a streaming DataFrame of raw records."""
     reader = (
@@ -347,8 +341,9 @@ class TopicBatchProcessor:
             from featureflow.spark.keyed_pass import UNDECIDED, KeyedTopicPass
 
             keyed = KeyedTopicPass(
-                tasks, lead.repo_path, batch_id, json_fields(spec), spec.join_key,
-                spec.timestamp_field, options.keyed_topic, late_before_ns, future_after_ns,
+                tasks, lead.repo_path, batch_id, ddl.canonical_fields(spec.json_schema),
+                spec.join_key, spec.timestamp_field, options.keyed_topic, late_before_ns,
+                future_after_ns,
             )  # fmt: skip
 
             def checked_by_spark(partitions: list[int]) -> pa.Table:
