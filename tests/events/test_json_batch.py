@@ -178,3 +178,17 @@ def test_good_records_are_read_by_the_kernel() -> None:
     table, stats = PARSERS["example"].decode(pa.array(mixed, pa.binary()))
     assert (stats.read_natively, stats.refused) == (301, 2)
     assert table.equals(PARSERS["example"].records(mixed))
+
+
+@pytest.mark.usefixtures("mojo_backend")
+def test_strings_read_by_the_kernel_hold_only_their_own_bytes() -> None:
+    """A string column from the kernel owns its values' bytes, not a buffer sized for every
+    record's: such a buffer went whole into every pickle of the column (the keyed pass
+    sends its records to the state host)."""
+    values = [event(user, 1.5, "2026-11-30T00:00:00Z") for user in range(400)]
+    table, stats = PARSERS["example"].decode(pa.array(values, pa.binary()))
+    assert stats.read_natively == len(values)
+    (merchant,) = table.column("merchant").chunks
+    used = sum(len(text.encode()) for text in merchant.to_pylist() if text is not None)
+    assert used
+    assert merchant.buffers()[2].size == used

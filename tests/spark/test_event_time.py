@@ -151,3 +151,25 @@ def test_new_thresholds_reuse_the_generated_code(spark: Any) -> None:
     assert reasons[0] == [None] * 4
     assert reasons[2] == [LATE_REASON, None, None, FUTURE_REASON]
     assert reasons[4] == [LATE_REASON, LATE_REASON, LATE_REASON, None]
+
+
+@pytest.mark.parametrize("dead", [0, 1, 3])
+def test_dropped_bytes_leave_the_buffers(dead: int) -> None:
+    """What only a dead letter needs keeps the dead letters' bytes alone: none of the other
+    records' values stays in a buffer under their nulls (it would travel and be held with
+    the records all the way to the views)."""
+    n = 50
+    table = pa.Table.from_pylist(
+        [{"user_id": i, EVENT_NS: 50, ERROR_FIELD: "value" if i < dead else None,
+          ERROR_REASON: "not a JSON object" if i < dead else None, "key": b"k%d" % i,
+          "value": b"v" * 1000, "topic": "t" * 1000, "partition": 1, "offset": i}
+         for i in range(n)],
+        schema=SCHEMA,
+    )  # fmt: skip
+    kept = without_unneeded_bytes_collected(table)
+    assert kept.column("value").to_pylist() == [b"v" * 1000] * dead + [None] * (n - dead)
+    assert kept.column("offset").to_pylist() == list(range(dead)) + [None] * (n - dead)
+    for name in ("value", "topic"):  # 1000 bytes a record (an all-null array has a few)
+        data = sum(chunk.buffers()[2].size for chunk in kept.column(name).chunks
+                   if chunk.buffers()[2] is not None)  # fmt: skip
+        assert 1000 * dead <= data < 1000 * dead + 1000, name

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -140,13 +141,27 @@ def without_unneeded_bytes(batch: DataFrame) -> DataFrame:
 
 
 def without_unneeded_bytes_collected(records: pa.Table) -> pa.Table:
-    """:func:`without_unneeded_bytes` of collected records."""
-    is_dead = pc.is_valid(records.column(ERROR_REASON))
+    """:func:`without_unneeded_bytes` of collected records, each kept column holding the
+    dead letters' bytes only.
+
+    Not ``if_else(is_dead, column, null)``: Arrow's ``if_else`` keeps the whole data
+    buffer of a binary column under the nulls, so every record's raw value went on to the
+    state host (pickled whole) and sat there until the views had computed."""
+    is_dead = pc.is_valid(records.column(ERROR_REASON)).combine_chunks()
+    dead = int(pc.sum(is_dead).as_py() or 0)
+    # the position of each dead letter among the dead ones; null for every other record
+    rank = None
+    if dead:
+        flags = is_dead.to_numpy(zero_copy_only=False)
+        rank = pa.array(np.cumsum(flags, dtype=np.int64) - 1, mask=~flags)
     for name in DEAD_LETTER_ONLY:
         index = records.schema.get_field_index(name)
         if index < 0:
             continue
         column = records.column(index)
-        kept = pc.if_else(is_dead, column, pa.scalar(None, column.type))
+        if rank is None:
+            kept: pa.Array | pa.ChunkedArray = pa.nulls(records.num_rows, column.type)
+        else:
+            kept = column.filter(is_dead).take(rank)
         records = records.set_column(index, name, kept)
     return records

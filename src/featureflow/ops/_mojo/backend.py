@@ -599,6 +599,8 @@ class NativeBackend:
         columns = []
         for column, flags, text in outs:
             null, valid, present = flags.view(np.bool_)
+            if text is not None:  # sized for every record's bytes: keep only the values'
+                text = text[: int(column[n]) if n else 0].copy()
             columns.append(FlatColumn(column, null, valid, present, text))
         return FlatRead(status.view(np.bool_), columns)
 
