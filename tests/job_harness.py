@@ -90,8 +90,15 @@ def run(command: list[str], timeout: int = 900) -> subprocess.CompletedProcess[s
 def consume(
     bootstrap: str, topic: str, settings: dict[str, str] | None = None
 ) -> list[tuple[bytes, dict[str, str]]]:
-    """Every record of ``topic`` (value, headers): each partition read from its start to
-    the end it has now, so a test sees extra records as well as missing ones without
+    """Every record of ``topic`` (value, headers): see :func:`consume_records`."""
+    return [(value, headers) for _, value, headers in consume_records(bootstrap, topic, settings)]
+
+
+def consume_records(
+    bootstrap: str, topic: str, settings: dict[str, str] | None = None
+) -> list[tuple[bytes | None, bytes, dict[str, str]]]:
+    """Every record of ``topic`` (key, value, headers): each partition read from its start
+    to the end it has now, so a test sees extra records as well as missing ones without
     waiting for them (~60 s at most); ``settings``: Kafka client settings of a secured
     broker."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -102,7 +109,7 @@ def consume(
         {"bootstrap.servers": bootstrap, "group.id": topic, "enable.partition.eof": True,
          "enable.auto.commit": False, **librdkafka_config(settings or {})}
     )  # fmt: skip
-    received: list[tuple[bytes, dict[str, str]]] = []
+    received: list[tuple[bytes | None, bytes, dict[str, str]]] = []
     try:
         metadata = consumer.list_topics(topic, timeout=30).topics[topic]
         assert metadata.error is None, f"topic {topic}: {metadata.error}"
@@ -119,8 +126,8 @@ def consume(
             if error is not None and error.code() == KafkaError._PARTITION_EOF:
                 unfinished.discard(message.partition())
             elif error is None:
-                headers = {k: v.decode() for k, v in message.headers() or []}
-                received.append((message.value(), headers))
+                headers = {k: v if v is None else v.decode() for k, v in message.headers() or []}
+                received.append((message.key(), message.value(), headers))
         assert not unfinished, f"partitions {sorted(unfinished)} of {topic} not read to the end"
     finally:
         consumer.close()

@@ -81,6 +81,11 @@ class JobError(FeatureflowError):
     """The streaming job was configured wrongly or failed."""
 
 
+class DeadLetterError(JobError):
+    """A micro-batch's dead letters were not acknowledged by the dead-letter topic's broker
+    (the batch fails and runs again: dead letters are at least once, never dropped)."""
+
+
 class StateError(JobError):
     """The stream job's window state can't be read (a truncated or corrupt file)."""
 

@@ -107,6 +107,8 @@ def test_the_job_reads_writes_and_dead_letters_through_secured_services(
                 f'    password="{kafka_password}";\n'
                 f"kafka.ssl.truststore.location={cert.truststore}\n"
                 "ssl.truststore.type=PKCS12\n"
+                "# the dead-letter producer (librdkafka) reads the CA as PEM\n"
+                f"librdkafka.ssl.ca.location={cert.certificate_pem}\n"
             )
             options_file.chmod(0o600)
             job_env = env()
@@ -145,6 +147,7 @@ def test_the_job_reads_writes_and_dead_letters_through_secured_services(
             assert "featureflow_" in scrape, scrape[:2000]
             assert sum(int(m["events"]) for m in _metrics(log)) == len(events)  # type: ignore[call-overload]
 
+            assert "dead letters go through Spark's Kafka sink" not in log  # the driver's
             letters = consume(broker.bootstrap, f"{topic}.dlq", settings=settings)
             assert [value for value, _ in letters] == [BAD_VALUE]
             headers = letters[0][1]

@@ -73,8 +73,9 @@ def _run(args: argparse.Namespace) -> int:
     from featureflow import ops
     from featureflow.backfill.runner import BackfillOptions, run_backfill
     from featureflow.backfill.timerange import TimeRange
+    from featureflow.infra.kafka_settings import spark_options
     from featureflow.repo import load_store, stream_view_specs
-    from featureflow.spark.job import _kafka_options
+    from featureflow.spark.job import _kafka_settings
     from featureflow.spark.session import build_session
 
     span = TimeRange.parse(args.start, args.end)
@@ -85,7 +86,7 @@ def _run(args: argparse.Namespace) -> int:
         source_path=args.source,
         from_kafka=args.from_kafka,
         bootstrap=args.bootstrap,
-        kafka_options=_kafka_options(args.kafka_option, args.kafka_options_file),
+        kafka_options=spark_options(_kafka_settings(args.kafka_option, args.kafka_options_file)),
         offline_path=args.offline_path,
         materialize=args.materialize,
         partitions=args.partitions,

@@ -1,9 +1,9 @@
 """Kafka client settings (SASL, TLS, ...) from a properties file, the environment and argv.
 
 One set of settings serves every Kafka client featureflow runs: Spark's Kafka
-source and the dead-letter writer (Java client; each key gets Spark's
-``kafka.`` prefix) and featureflow's own confluent-kafka clients
-(:mod:`featureflow.infra.kafka_client`, :mod:`featureflow.infra.kafka_broker`,
+source (Java client; each key gets Spark's ``kafka.`` prefix) and featureflow's own
+confluent-kafka clients (the job's dead-letter producer,
+:mod:`featureflow.infra.kafka_client`, :mod:`featureflow.infra.kafka_broker`,
 librdkafka; translated by :func:`librdkafka_config`).
 
 Sources, later ones winning per key:

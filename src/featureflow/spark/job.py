@@ -205,10 +205,12 @@ def _keyed_topic(partitioner: str | None, partitions: int | None) -> KeyedTopic 
     return KeyedTopic(partitions, partitioner)
 
 
-def _kafka_options(pairs: list[str], file: str | None = None) -> dict[str, str]:
-    """Spark's ``kafka.*`` options: the file, then ``FEATUREFLOW_KAFKA_*``, then the pairs
-    (:mod:`featureflow.infra.kafka_settings`); their secrets are registered for redaction.
-    Logs what the settings secure (protocol, SASL mechanism, TLS) and their keys, never a value."""
+def _kafka_settings(pairs: list[str], file: str | None = None) -> dict[str, str]:
+    """The Kafka client settings: the file, then ``FEATUREFLOW_KAFKA_*``, then the pairs
+    (:mod:`featureflow.infra.kafka_settings`; Spark takes them as
+    :func:`~featureflow.infra.kafka_settings.spark_options`); their secrets are registered
+    for redaction. Logs what the settings secure (protocol, SASL mechanism, TLS) and their
+    keys, never a value."""
     from featureflow.infra import kafka_settings
 
     settings = kafka_settings.load(file=file, pairs=pairs)
@@ -218,7 +220,7 @@ def _kafka_options(pairs: list[str], file: str | None = None) -> dict[str, str]:
             "kafka client: %s (SASL %s, TLS %s), %d settings: %s", facts["protocol"],
             facts["sasl"], facts["tls"], len(settings), ", ".join(sorted(settings)),
         )  # fmt: skip
-    return kafka_settings.spark_options(settings)
+    return settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -276,6 +278,7 @@ def _run_guarded(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from featureflow import ops
+    from featureflow.infra import kafka_settings
     from featureflow.monitoring.lag import ConsumerLagWatcher
     from featureflow.repo import load_store, stream_view_specs
     from featureflow.spark.pipeline import StreamOptions, start_topic_query, topic_groups
@@ -305,6 +308,7 @@ def _run(args: argparse.Namespace) -> int:
         }
         log.info("schema gate passed for %s", sorted(feature_schemas))
     log.info("kernels: %s (%s)", ops.backend(), ops.backend_reason())
+    settings = _kafka_settings(args.kafka_option, args.kafka_options_file)
     options = StreamOptions(
         checkpoint=args.checkpoint,
         bootstrap=args.bootstrap,
@@ -316,7 +320,9 @@ def _run(args: argparse.Namespace) -> int:
         driver_pass_records=args.driver_pass_records,
         dead_letter_topic=args.dead_letter_topic,
         offline_path=args.offline_path,
-        kafka_options=_kafka_options(args.kafka_option, args.kafka_options_file),
+        kafka_options=kafka_settings.spark_options(settings),
+        kafka_settings=settings,
+        kafka_timeout_s=args.kafka_timeout / 1e9,
         idle_partition_timeout_ns=args.idle_partition_timeout,
         max_future_skew_ns=args.max_future_skew,
         state_warn_bytes=args.state_warn_bytes,

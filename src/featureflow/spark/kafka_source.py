@@ -1,5 +1,6 @@
 """Kafka client settings the project hands to Spark's Kafka source (the stream job's and
-the backfill's reads) and sink (the dead-letter writer).
+the backfill's reads) and sink (the dead letters, where librdkafka cannot take the
+settings: :class:`~featureflow.spark.dead_letter.DeadLetterWriter`).
 
 Spark's Kafka source (4.2) asks the broker for a partition's earliest and latest
 offsets after every poll of an executor's consumer (``InternalKafkaConsumer.fetch``

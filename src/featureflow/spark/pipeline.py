@@ -45,7 +45,7 @@ from featureflow.errors import RepoError
 from featureflow.events import ddl
 from featureflow.repo import StreamViewSpec
 from featureflow.spark import failpoints
-from featureflow.spark.dead_letter import dead_letter_topic, write_dead_letters
+from featureflow.spark.dead_letter import DeadLetterWriter, dead_letter_topic
 from featureflow.spark.event_time import (
     mark_event_time,
     mark_event_time_collected,
@@ -63,6 +63,7 @@ from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
 from featureflow.spark.state import ENTITY_HASH, StateStore, filesystem_of, written_partitions
+from featureflow.spark.timeouts import DEFAULT_KAFKA_TIMEOUT_S
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,
     DEFAULT_IDLE_TIMEOUT_NS,
@@ -109,6 +110,13 @@ class StreamOptions:
     dead_letter_topic: str | None = None  # default: "<topic>.dlq"
     offline_path: str | None = None  # default: <repo>/data/offline
     kafka_options: dict[str, str] = field(default_factory=dict)
+    """The Kafka settings as Spark's source and sink take them (``kafka.*``)."""
+    kafka_settings: dict[str, str] = field(default_factory=dict)
+    """The same settings as loaded (:mod:`featureflow.infra.kafka_settings`: no ``kafka.``
+    prefix, ``librdkafka.*`` kept), for featureflow's own clients: the dead-letter producer,
+    the keyed topic's partition count."""
+    kafka_timeout_s: float = DEFAULT_KAFKA_TIMEOUT_S
+    """``--kafka-timeout``: seconds one Kafka request may take."""
     source_options: dict[str, str] = field(default_factory=dict)
     """Options of Spark's Kafka source as given (e.g. the bounded waits of
     :mod:`featureflow.spark.timeouts`); ``kafka_options`` of the same name win."""
@@ -298,6 +306,8 @@ class TopicBatchProcessor:
     idle: threading.Event = field(default_factory=threading.Event)
     """Set between micro-batches: where a clean shutdown may stop the query."""
     last_batch_id: int | None = None
+    dead_letters: DeadLetterWriter | None = None
+    """The query's dead-letter writer, made at its first dead letter."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -468,12 +478,14 @@ class TopicBatchProcessor:
                 ERROR_REASON: dead.column("reason"),
             }
         )
-        write_dead_letters(
-            batch.sparkSession.createDataFrame(letters),
-            options.bootstrap or spec.bootstrap_servers,
-            options.dead_letter_topic or dead_letter_topic(spec.topic),
-            {**options.sink_options, **options.kafka_options},
-        )
+        if self.dead_letters is None:
+            self.dead_letters = DeadLetterWriter(
+                options.bootstrap or spec.bootstrap_servers,
+                options.dead_letter_topic or dead_letter_topic(spec.topic),
+                options.kafka_settings, {**options.sink_options, **options.kafka_options},
+                options.kafka_timeout_s,
+            )  # fmt: skip
+        self.dead_letters.write(letters, batch.sparkSession)
 
     def close_settled_sessions(self, spark: SparkSession, *, only_unfinished: bool) -> None:
         """Close the sessions that the watermark after the query's settled micro-batch
@@ -622,7 +634,7 @@ def start_topic_query(
         found = len(
             kafka_client.end_offsets(
                 options.bootstrap or specs[0].bootstrap_servers, specs[0].topic,
-                settings=options.kafka_options,
+                settings=options.kafka_settings,
             )
         )  # fmt: skip
         if found != keyed.partitions:

@@ -17,6 +17,10 @@ setting                            value                    bounds
 ``kafka.max.block.ms``             T                        producer metadata
 =================================  =======================  ==========================
 
+The driver's dead-letter producer (librdkafka) takes the same bounds as
+``request.timeout.ms`` (T) and ``delivery.timeout.ms`` (2 T), and waits at most
+2 T + 1 s for a batch's acknowledgements.
+
 Spark's defaults wait minutes (60 s per offset lookup, 3 lookups; 120 s per
 fetch); the job's restart does the retrying instead, and logs each outage.
 ``--kafka-option`` settings of the same name win over these.
@@ -52,7 +56,8 @@ def kafka_source_options(timeout_s: float) -> dict[str, str]:
 
 
 def kafka_producer_options(timeout_s: float) -> dict[str, str]:
-    """Options of the dead-letter producer (Spark's Kafka sink) for a ``timeout_s`` bound.
+    """Options of Spark's Kafka sink (dead letters, where librdkafka cannot take the
+    settings) for a ``timeout_s`` bound.
 
     ``delivery.timeout.ms`` must be at least ``request.timeout.ms + linger.ms``
     (Kafka refuses the producer otherwise), hence twice the request timeout.
@@ -63,6 +68,12 @@ def kafka_producer_options(timeout_s: float) -> dict[str, str]:
         "kafka.delivery.timeout.ms": _ms(2 * timeout_s),
         "kafka.max.block.ms": ms,
     }
+
+
+def librdkafka_producer_timeouts(timeout_s: float) -> dict[str, str]:
+    """:func:`kafka_producer_options` as librdkafka takes them (the driver's dead-letter
+    producer, :class:`~featureflow.spark.dead_letter.DeadLetterWriter`)."""
+    return {"request.timeout.ms": _ms(timeout_s), "delivery.timeout.ms": _ms(2 * timeout_s)}
 
 
 def _ms(seconds: float) -> str:
