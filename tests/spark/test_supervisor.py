@@ -96,6 +96,9 @@ def _spark_trace(python_error: BaseException) -> str:
          "t-0 1200 after polling for 5000", "Kafka"),
         ("org.apache.kafka.common.errors.TimeoutException: Timeout of 5000ms expired before "
          "the position for partition t-1 could be determined", "Kafka"),
+        ("featureflow.errors.DeadLetterError: 3 of 3 dead letters to 't.dlq' were not "
+         "acknowledged by 127.0.0.1:9092 within 61 s; first error: KafkaError{code="
+         "_MSG_TIMED_OUT,val=-192,str=\"Local: Message timed out\"}", "Kafka"),
     ],
 )  # fmt: skip
 def test_transient_failures_name_their_service(text: str, service: str) -> None:
@@ -116,6 +119,9 @@ def test_transient_failures_name_their_service(text: str, service: str) -> None:
         "featureflow.errors.OnlineStoreError: table 'p_v' is missing: run `feast apply`",
         "org.apache.kafka.common.errors.SaslAuthenticationException: Authentication failed "
         "(org.apache.kafka.common.errors.TimeoutException later)",
+        "featureflow.errors.DeadLetterError: 0 of 2 dead letters to 't.dlq' were not "
+        "acknowledged by b:9093 within 61 s; first error: KafkaError{code="
+        "SASL_AUTHENTICATION_FAILED,val=58,str=\"SASL authentication error\"}",
         "",
     ],
 )

@@ -114,7 +114,9 @@ class Outage:
 _PERMANENT = re.compile(
     r"SchemaMismatchError|SchemaError|StateError|EventError|RepoError|"
     r"AnalysisException|ConfigException|SaslAuthenticationException|"
-    r"AuthorizationException|AuthenticationException|SslAuthenticationException"
+    r"AuthorizationException|AuthenticationException|SslAuthenticationException|"
+    # librdkafka's (the driver's dead-letter producer): local and broker-side codes
+    r"_AUTHENTICATION|AUTHENTICATION_FAILED|AUTHORIZATION_FAILED"
 )
 _UNAVAILABLE = re.compile(r"OnlineStoreUnavailableError: (\w+) unavailable: ([^\n]*)")
 _KAFKA = re.compile(
@@ -124,7 +126,8 @@ _KAFKA = re.compile(
     r"Failed to get records for [^\n]* after polling for [^\n]*|"
     r"Timed out waiting for a node assignment[^\n]*|"
     r"Timeout of \d+ms expired[^\n]*|"
-    r"Topic [^\n]* not present in metadata after [^\n]*"
+    r"Topic [^\n]* not present in metadata after [^\n]*|"
+    r"DeadLetterError: [^\n]*"
 )
 _CHECKS = {
     "Kafka": "check that the brokers in --bootstrap run and are reachable "
