@@ -205,7 +205,9 @@ class KeyedTopicPass:
                 yield output_rows(UNDECIDED, 1, partition=[partition])
             else:
                 topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
-                yield from state_host.run(partition_outputs, topic, partition, [checked.records])
+                handed = [checked.records]  # see run_records: freed once computed
+                del checked
+                yield from state_host.run(partition_outputs, topic, partition, handed)
         worker_gc.settle()
 
     def check(self, raw: pa.Table) -> Checked:
