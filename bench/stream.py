@@ -917,10 +917,10 @@ def freshness_sweep(args: argparse.Namespace, root: Path, rates: list[float]) ->
             print(table([run], None), f"\n- {run.note}", flush=True)
     every = [run for points in runs.values() for _, run in points]
     notes = [run.note for run in every]
-    if not args.section:  # a sweep saved under its own name leaves the chart alone
-        chart = RESULTS / "stream_freshness.png"
-        _freshness_chart(runs, chart)
-        notes.append(f"chart: {chart.relative_to(ROOT)}")
+    # a sweep saved under its own name charts beside the default's, not over it
+    chart = RESULTS / (f"stream_{args.section}.png" if args.section else "stream_freshness.png")
+    _freshness_chart(runs, chart, tuple(args.job_option))
+    notes.append(f"chart: {chart.relative_to(ROOT)}")
     save(args.section or "freshness_sweep", {
         "scale": {"rates": rates, "seconds": args.fresh_seconds, "users": args.users,
                   "stores": list(args.stores)},
@@ -930,7 +930,10 @@ def freshness_sweep(args: argparse.Namespace, root: Path, rates: list[float]) ->
     })  # fmt: skip
 
 
-def _freshness_chart(runs: dict[str, list[tuple[float, StreamRun]]], path: Path) -> None:
+def _freshness_chart(
+    runs: dict[str, list[tuple[float, StreamRun]]], path: Path, options: tuple[str, ...] = ()
+) -> None:
+    """p50/p99 against the rate per store; ``options``: the job's extra options, in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -948,7 +951,8 @@ def _freshness_chart(runs: dict[str, list[tuple[float, StreamRun]]], path: Path)
     axes.set_ylabel("freshness: online write - event time (s)")
     axes.set_yscale("log")
     axes.set_xscale("log")
-    axes.set_title("featureflow stream job, both example views")
+    axes.set_title("featureflow stream job, both example views"
+                   + (f"\n{' '.join(options)}" if options else ""))  # fmt: skip
     axes.legend()
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -999,7 +1003,7 @@ def main() -> int:
         "--section", default="",
         help="save the sustained run, a freshness run or sweep under this section of "
              "stream.json (default sustained, freshness, freshness_sweep; a sweep under "
-             "another name draws no chart)",
+             "another name charts to bench/results/stream_<name>.png)",
     )
     parser.add_argument("--skip", default="", help=f"comma-separated: {','.join(SKIPPABLE)}")
     parser.add_argument("--feast-timeout", type=float, default=900.0)
