@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from featureflow.errors import KafkaBrokerError
 from featureflow.infra import kafka_settings
@@ -30,7 +32,7 @@ def produce(
         KafkaBrokerError: a record failed or the broker did not acknowledge
             everything within ``timeout_s`` seconds.
     """
-    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka import Producer
 
     producer = Producer(
         {
@@ -45,6 +47,46 @@ def produce(
             **kafka_settings.librdkafka_config(settings or {}),
         }
     )
+    # -1 is librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose.
+    to_partition = -1 if partition is None else partition
+    delivery = deliver(
+        producer, topic, ((key, value, None) for key, value in records), timeout_s, to_partition
+    )
+    if delivery.remaining or delivery.failures:
+        msg = (
+            f"{delivery.remaining} of {delivery.sent} records to {topic!r} were not "
+            f"acknowledged by {bootstrap}{delivery.first_error()}"
+        )
+        raise KafkaBrokerError(msg)
+    return delivery.sent
+
+
+Headers = list[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What :func:`deliver` sent and what did not arrive."""
+
+    sent: int
+    remaining: int
+    """Records still unacknowledged when the wait ran out."""
+    failures: list[str]
+    """The delivery errors the broker or the client reported, in order."""
+
+    def first_error(self) -> str:
+        return f"; first error: {self.failures[0]}" if self.failures else ""
+
+
+def deliver(
+    producer: Any, topic: str, records: Iterable[tuple[bytes | None, bytes | None, Headers | None]],
+    timeout_s: float, partition: int = -1,
+) -> Delivery:  # fmt: skip
+    """Send (key, value, headers) records to ``topic`` through a confluent-kafka
+    ``producer`` and wait up to ``timeout_s`` seconds until each is acknowledged
+    (``partition`` -1: the producer's partitioner chooses)."""
+    from confluent_kafka import KafkaError
+
     failures: list[str] = []
     sent = 0
 
@@ -52,28 +94,18 @@ def produce(
         if error is not None:
             failures.append(str(error))
 
-    # -1 is librdkafka's RD_KAFKA_PARTITION_UA: let the partitioner choose.
-    to_partition = -1 if partition is None else partition
-    for key, value in records:
+    for key, value, headers in records:
         while True:
             try:
-                producer.produce(
-                    topic, value=value, key=key, partition=to_partition, on_delivery=on_delivery
-                )
+                producer.produce(topic, value=value, key=key, partition=partition,
+                                 headers=headers, on_delivery=on_delivery)  # fmt: skip
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: let deliveries drain
         sent += 1
         if sent % 10_000 == 0:
             producer.poll(0)
-    remaining = producer.flush(timeout_s)
-    if remaining or failures:
-        msg = (
-            f"{remaining} of {sent} records to {topic!r} were not acknowledged by {bootstrap}"
-            f"{'; first error: ' + failures[0] if failures else ''}"
-        )
-        raise KafkaBrokerError(msg)
-    return sent
+    return Delivery(sent, producer.flush(timeout_s), failures)
 
 
 def end_offsets(

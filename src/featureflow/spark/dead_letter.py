@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from featureflow.errors import DeadLetterError, KafkaSettingsError
-from featureflow.infra import kafka_settings
+from featureflow.infra import kafka_client, kafka_settings
 from featureflow.spark.kafka_source import kafka_client_options
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 from featureflow.spark.timeouts import librdkafka_producer_timeouts
@@ -158,35 +158,23 @@ class DeadLetterWriter:
         if self._producer is None:
             assert self.config is not None  # write sends through Spark's sink otherwise
             self._producer = Producer(self.config)
-        producer = self._producer
-        failures: list[str] = []
-
-        def on_delivery(error: object, _message: object) -> None:
-            if error is not None:
-                failures.append(str(error))
-
-        columns = [letters.column(column).to_pylist() for _, column in HEADERS]
         names = [HEADER_PREFIX + name for name, _ in HEADERS]
-        for key, value, *values in zip(
-            letters.column("key").to_pylist(), letters.column("value").to_pylist(), *columns,
-            strict=True,
-        ):  # fmt: skip
-            headers = [(name, None if v is None else str(v).encode())
-                       for name, v in zip(names, values, strict=True)]  # fmt: skip
-            while True:
-                try:
-                    producer.produce(self.topic, value=value, key=key, headers=headers,
-                                     on_delivery=on_delivery)  # fmt: skip
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain
-                    producer.poll(0.1)
-        remaining = producer.flush(2 * self.timeout_s + 1)
-        if remaining or failures:
+        records = (
+            (key, value, [(name, None if v is None else str(v).encode())
+                          for name, v in zip(names, values, strict=True)])
+            for key, value, *values in zip(
+                letters.column("key").to_pylist(), letters.column("value").to_pylist(),
+                *(letters.column(column).to_pylist() for _, column in HEADERS), strict=True,
+            )
+        )  # fmt: skip
+        wait_s = 2 * self.timeout_s + 1
+        delivery = kafka_client.deliver(self._producer, self.topic, records, wait_s)
+        if delivery.remaining or delivery.failures:
             self._producer = None  # a producer that failed starts afresh on the retry
             msg = (
-                f"{remaining} of {letters.num_rows} dead letters to {self.topic!r} were not "
-                f"acknowledged by {self.bootstrap} within {2 * self.timeout_s + 1:.0f} s"
-                f"{'; first error: ' + failures[0] if failures else ''} (the batch fails and "
-                "runs again; check the broker and --kafka-timeout)"
+                f"{delivery.remaining} of {delivery.sent} dead letters to {self.topic!r} were "
+                f"not acknowledged by {self.bootstrap} within {wait_s:.0f} s"
+                f"{delivery.first_error()} (the batch fails and runs again; check the broker "
+                "and --kafka-timeout)"
             )
             raise DeadLetterError(msg)
