@@ -819,16 +819,18 @@ def sustained(args: argparse.Namespace, root: Path, skip: set[str]) -> StreamRun
                             offsets))  # fmt: skip
         print(table(runs, runs[0]), flush=True)
     both = runs[0]
-    if "keyed" not in skip:
+    for slices in [] if "keyed" in skip else args.keyed_slices.split(","):
         store = args.stores[0]
         redis = args.redis if store == "redis" else None
-        keyed_repo = private_repo(root, f"repo-keyed-{store}", topic, redis)
+        keyed_repo = private_repo(root, f"repo-keyed-{slices}-{store}", topic, redis)
         empty_redis(redis)
-        runs.append(run_job(keyed_repo, args.bootstrap, root / f"ckpt-keyed-{store}",
+        named = "" if slices == "auto" else f" ({slices} slices each)"
+        runs.append(run_job(keyed_repo, args.bootstrap, root / f"ckpt-keyed-{slices}-{store}",
                             args.events,
-                            f"featureflow, both views, pass per Kafka partition, {store}",
+                            f"featureflow, both views, pass per Kafka partition{named}, {store}",
                             offsets, "--keyed-topic", "crc32",
-                            "--partitions", str(args.topic_partitions)))  # fmt: skip
+                            "--partitions", str(args.topic_partitions),
+                            *(() if slices == "auto" else ("--keyed-slices", slices))))  # fmt: skip
         print(table(runs, both), flush=True)
     if "rolling" not in skip:
         store = args.stores[0]
@@ -980,6 +982,11 @@ def main() -> int:
         "--fresh-warmup", type=float, default=30.0,
         help="seconds of producing before freshness counts (the job's start-up)",
     )  # fmt: skip
+    parser.add_argument(
+        "--keyed-slices", default="auto", metavar="N[,N...]",
+        help="the pass per Kafka partition: one run per value of its --keyed-slices "
+        "(auto: the job's default)",
+    )
     parser.add_argument(
         "--job-option", action="append", default=[],
         help="an option of the job in the freshness runs, repeatable "

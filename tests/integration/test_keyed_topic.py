@@ -92,6 +92,9 @@ def test_keyed_pass_writes_what_the_shuffled_pass_writes(
         for extra, why in (
             (("--keyed-topic", "crc32", "--partitions", "3"), "has 4 partitions, not"),
             ((), "run the job with --keyed-topic crc32"),
+            # local[2]: 4 state partitions per core in all, 2 slices of each Kafka partition
+            (("--keyed-topic", "crc32", "--partitions", "4", "--keyed-slices", "3"),
+             "run the job with --keyed-topic crc32 --keyed-slices 2"),
         ):
             refused = run(job_command(repo, kafka_bootstrap, checkpoint, "--available-now", *extra))
             assert refused.returncode != 0 and why in refused.stdout + refused.stderr, why

@@ -27,6 +27,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +65,10 @@ BATCHES = (0, 700, 1500, 1520, 2600)
 """Cuts of the events into micro-batches (one holds 20 records)."""
 
 
-def _records(seed: int) -> pa.Table:
-    """Checked records as the pass receives them: usable events of 900 users (out of
+def _records(seed: int, n: int = 2600, users: int = 900) -> pa.Table:
+    """Checked records as the pass receives them: usable events of ``users`` users (out of
     order), plus a bad record in every hundred."""
-    events = sample.generate(2600, users=900, seed=seed, end_ns=END_NS, span_s=6 * 3600)
+    events = sample.generate(n, users=users, seed=seed, end_ns=END_NS, span_s=6 * 3600)
     n = len(events.user_id)
     bad = np.arange(n) % 100 == 7
     return pa.table({
@@ -149,32 +150,41 @@ def _watermark_after(batch: pa.Table) -> int:
 
 @pytest.mark.slow
 def test_the_drivers_pass_equals_the_shuffled_tasks(tmp_path: Path) -> None:
+    """The driver's pass (partitions side by side, one online write) and one task taking
+    its records' partitions one after the other (a keyed task's slices: each partition's
+    views, online write and state saves before the next) both equal a shuffled task per
+    partition."""
     records = _records(seed=11)
-    driver, shuffled = _applied_repos(tmp_path, "driver", "shuffled")
+    driver, sliced, shuffled = _applied_repos(tmp_path, "driver", "sliced", "shuffled")
     watermark_ns = 0
     for batch_id, batch, partitions in _micro_batches(records):
         on_driver = run_on_driver(
             _tasks(driver, batch_id, watermark_ns), str(driver), batch_id,
             batch.append_column(PARTITION_COLUMN, partitions),
         )  # fmt: skip
+        one_task = pa.Table.from_batches(list(run_records(
+            _tasks(sliced, batch_id, watermark_ns), str(sliced), batch_id, [batch], partitions
+        )))  # fmt: skip
         shuffled_out = _shuffled_pass(shuffled, batch_id, watermark_ns, batch, partitions)
         assert _comparable(on_driver) == _comparable(shuffled_out), batch_id
+        assert _comparable(one_task) == _comparable(shuffled_out), batch_id
         watermark_ns = _watermark_after(batch)
 
-    for spec in stream_view_specs(load_store(driver)):
-        got = read_history(str(driver / "data" / "offline"), spec.name)
-        want = read_history(str(shuffled / "data" / "offline"), spec.name)
-        order = [(name, "ascending") for name in got.column_names]
-        assert got.num_rows and got.sort_by(order).equals(want.sort_by(order)), spec.name
-        for partition in range(PARTITIONS):
-            state = StateStore(str(driver / "state" / spec.name), PARTITIONS)
-            oracle = StateStore(str(shuffled / "state" / spec.name), PARTITIONS)
-            got_state = state.load_events(partition, before_batch=len(BATCHES))
-            want_state = oracle.load_events(partition, before_batch=len(BATCHES))
-            assert got_state is not None and want_state is not None
-            assert got_state.equals(want_state), (spec.name, partition)
     users = sorted(set(records.column("user_id").to_pylist()))
-    assert _online(driver, users) == _online(shuffled, users)
+    for repo in (driver, sliced):
+        for spec in stream_view_specs(load_store(repo)):
+            got = read_history(str(repo / "data" / "offline"), spec.name)
+            want = read_history(str(shuffled / "data" / "offline"), spec.name)
+            order = [(name, "ascending") for name in got.column_names]
+            assert got.num_rows and got.sort_by(order).equals(want.sort_by(order)), spec.name
+            for partition in range(PARTITIONS):
+                state = StateStore(str(repo / "state" / spec.name), PARTITIONS)
+                oracle = StateStore(str(shuffled / "state" / spec.name), PARTITIONS)
+                got_state = state.load_events(partition, before_batch=len(BATCHES))
+                want_state = oracle.load_events(partition, before_batch=len(BATCHES))
+                assert got_state is not None and want_state is not None
+                assert got_state.equals(want_state), (spec.name, partition)
+        assert _online(repo, users) == _online(shuffled, users)
 
 
 def _shuffled_pass(repo: Path, batch_id: int, watermark_ns: int, batch: pa.Table,
@@ -282,6 +292,40 @@ def test_a_task_handed_its_records_frees_them_before_its_writes(tmp_path: Path) 
     assert handed == []
     assert _comparable(got) == _comparable(want)
     assert grown_kept - grown_handed >= 0.9 * kept.column("topic").nbytes
+
+
+def test_a_task_taking_its_partitions_in_turn_holds_one_partitions_outputs(
+    tmp_path: Path,
+) -> None:
+    """A keyed task runs its Kafka partition's slices one after the other: each slice's
+    views, online write and state saves before the next. As each state save begins,
+    Arrow's pool then holds the states so far and one slice's outputs (its features,
+    history rows, new state), where the driver's pass, side by side, holds every
+    partition's at once: the sequence's largest reading is well under the side-by-side
+    one. The outputs are the same."""
+    records = _records(seed=8, n=40_000, users=4000)
+    partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
+    in_turn, side_by_side = _applied_repos(tmp_path, "in_turn", "side_by_side")
+
+    def run(repo: Path, threads: ThreadPoolExecutor | None) -> tuple[pa.Table, int]:
+        readings: list[int] = []
+        tasks = tuple(
+            _PoolReadingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline,
+                             readings=readings)
+            for t in _tasks(repo, 0, 0)
+        )  # fmt: skip
+        before = pa.total_allocated_bytes()
+        out = pa.Table.from_batches(
+            list(run_records(tasks, str(repo), 0, [records], partition_of, threads))
+        )
+        assert len(readings) == 2 * PARTITIONS  # both views in every partition
+        return out, max(readings) - before
+
+    got, held_in_turn = run(in_turn, None)
+    want, held_side_by_side = run(side_by_side, ThreadPoolExecutor(2))
+    assert _comparable(got) == _comparable(want)
+    # 0.53x when written (40 k records, 4 partitions); all partitions at once read 1.0x
+    assert held_in_turn < 0.75 * held_side_by_side, (held_in_turn, held_side_by_side)
 
 
 @settings(max_examples=8, deadline=None,
@@ -433,11 +477,14 @@ def test_history_files_are_written_beside_the_online_write_and_states_saved_afte
                            lock=lock, database=database, noted=noted)
         for t in _tasks(locked_repo, 0, 0)
     )  # fmt: skip
-    got = pa.Table.from_batches(list(run_records(tasks, str(locked_repo), 0, batch, partitions)))
-    lock.close()
-    want = pa.Table.from_batches(
-        list(run_records(_tasks(plain_repo, 0, 0), str(plain_repo), 0, batch, partitions))
+    side_by_side = ThreadPoolExecutor(2)  # as the driver's pass: one online write for all
+    got = pa.Table.from_batches(
+        list(run_records(tasks, str(locked_repo), 0, batch, partitions, side_by_side))
     )
+    lock.close()
+    want = pa.Table.from_batches(list(run_records(
+        _tasks(plain_repo, 0, 0), str(plain_repo), 0, batch, partitions, side_by_side
+    )))  # fmt: skip
     assert _comparable(got) == _comparable(want)
 
     def times(what: str) -> list[float]:

@@ -6,6 +6,7 @@ entity; records keyed otherwise become dead letters naming the key."""
 from __future__ import annotations
 
 import json_messages
+import numpy as np
 import pyarrow as pa
 import pytest
 from duckdb_oracle import EXAMPLE_SPEC
@@ -22,7 +23,9 @@ from featureflow.spark.keyed_pass import (
     KeyedTopic,
     KeyedTopicError,
     checked_records,
+    entity_slices,
     kafka_partition_of,
+    slices_of_scheme,
 )
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
 
@@ -144,4 +147,67 @@ def test_the_job_option_needs_the_partition_count() -> None:
     with pytest.raises(RepoError, match="--keyed-topic needs --partitions"):
         _keyed_topic(args.keyed_topic, args.partitions)
     assert _keyed_topic("crc32", 8) == KeyedTopic(8, kafka_keys.CRC32)
+    assert _keyed_topic("crc32", 8, 3) == KeyedTopic(8, kafka_keys.CRC32, 3)
     assert _keyed_topic(None, 8) is None
+    with pytest.raises(RepoError, match="--keyed-slices needs --keyed-topic"):
+        _keyed_topic(None, 8, 2)
+    with pytest.raises(RepoError, match="at least 1"):
+        _keyed_topic("crc32", 8, 0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    entities=st.lists(st.integers(-(2**63), 2**63 - 1) | st.none(), min_size=1, max_size=200),
+    kafka_partition=st.integers(0, 63),
+    slices=st.integers(1, 16),
+)
+def test_an_entitys_state_partition_is_its_kafka_partitions_slice_of_it(
+    entities: list[int | None], kafka_partition: int, slices: int
+) -> None:
+    """A keyed task's record goes to one of its Kafka partition's ``slices`` state
+    partitions, by its entity alone: the same entity lands in the same one whatever else
+    the batch holds or how it is cut (a record at a time, the driver's records of several
+    Kafka partitions), so replays and both passes build the same states."""
+    keyed = KeyedTopic(64, kafka_keys.CRC32, slices)
+    ids = pa.array(entities, pa.int64())
+    got = keyed.state_partitions(kafka_partition, ids).to_pylist()
+    assert all(kafka_partition * slices <= p < (kafka_partition + 1) * slices for p in got)
+    one_at_a_time = [keyed.state_partitions(kafka_partition, ids.slice(i, 1))[0].as_py()
+                     for i in range(len(ids))]  # fmt: skip
+    assert got == one_at_a_time
+    per_record = pa.array([kafka_partition] * len(ids), pa.int32())
+    assert keyed.state_partitions(per_record, pa.chunked_array([ids])).to_pylist() == got
+    by_entity: dict[int | None, int] = {}
+    for entity, partition in zip(entities, got, strict=True):
+        assert by_entity.setdefault(entity, partition) == partition
+
+
+def test_slices_spread_the_entities_evenly() -> None:
+    """Sequential ids (the usual entity ids) and random ones both fill every slice within a
+    few percent of an even share, so no slice holds much more than its share of a task."""
+    rng = np.random.default_rng(3)
+    for ids in (np.arange(100_000), rng.integers(-(2**63), 2**63 - 1, 100_000)):
+        for slices in (2, 3, 4, 7):
+            counts = np.bincount(entity_slices(pa.array(ids, pa.int64()), slices).astype(np.int64))
+            assert len(counts) == slices
+            assert counts.max() < 1.05 * len(ids) / slices, (slices, counts)
+
+
+def test_the_slices_are_recorded_with_the_state_and_kept_by_a_later_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from featureflow.spark.pipeline import TASKS_PER_CORE, keyed_slices
+    from featureflow.spark.state import StateStore
+
+    assert slices_of_scheme(KeyedTopic(4, kafka_keys.CRC32, 1).scheme) == 1
+    assert KeyedTopic(4, kafka_keys.CRC32, 1).scheme == "kafka-crc32"  # state of old runs
+    assert slices_of_scheme(KeyedTopic(4, kafka_keys.MURMUR2, 3).scheme) == 3
+    assert slices_of_scheme("entity-hash") is None
+    roots = [str(tmp_path / "a"), str(tmp_path / "b")]
+    # new state: enough slices for TASKS_PER_CORE state partitions per core in all
+    assert keyed_slices(roots, KeyedTopic(2, kafka_keys.CRC32), cores=2) == TASKS_PER_CORE
+    assert keyed_slices(roots, KeyedTopic(3, kafka_keys.CRC32), cores=2) == 3
+    assert keyed_slices(roots, KeyedTopic(16, kafka_keys.CRC32), cores=2) == 1
+    assert keyed_slices(roots, KeyedTopic(2, kafka_keys.CRC32, 5), cores=2) == 5
+    # written state keeps its slices, whatever the cores now
+    written = KeyedTopic(2, kafka_keys.CRC32, 3)
+    StateStore(roots[1], written.state_partition_count).check_partitioning(written.scheme)
+    assert keyed_slices(roots, KeyedTopic(2, kafka_keys.CRC32), cores=8) == 3

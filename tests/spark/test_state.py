@@ -249,3 +249,14 @@ def test_state_records_how_its_entities_were_placed_and_refuses_another_way(
     legacy.check_partitioning("entity-hash")
     with pytest.raises(JobError, match="run the job without --keyed-topic"):
         legacy.check_partitioning("kafka-murmur2")
+    # a keyed topic's Kafka partitions cut into slices: the slices are part of the scheme
+    sliced = StateStore(str(tmp_path / "sliced"), 8)
+    sliced.check_partitioning("kafka-crc32/2-slices")
+    sliced.save_events(0, 0, events)
+    assert state_module.recorded_partitioning(str(tmp_path / "sliced")) == "kafka-crc32/2-slices"
+    with pytest.raises(JobError, match="run the job with --keyed-topic crc32 --keyed-slices 2,"):
+        StateStore(str(tmp_path / "sliced"), 8).check_partitioning("kafka-crc32/4-slices")
+    with pytest.raises(JobError, match="run the job with --keyed-topic crc32 --keyed-slices 2,"):
+        StateStore(str(tmp_path / "sliced"), 8).check_partitioning("kafka-crc32")
+    assert state_module.recorded_partitioning(str(tmp_path / "new")) is None
+    assert state_module.recorded_partitioning(str(tmp_path / "legacy")) == "entity-hash"

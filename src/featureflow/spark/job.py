@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         "as librdkafka's); one pass per Kafka partition, no shuffle; --partitions must be "
         "the topic's partition count; a record keyed otherwise is a dead letter",
     )  # fmt: skip
+    parser.add_argument(
+        "--keyed-slices", type=int, metavar="N",
+        help="with --keyed-topic: state slices of each Kafka partition, run one after the "
+        "other in its task to bound its memory (default: the checkpoint's, else 4 state "
+        "partitions per core in all)",
+    )  # fmt: skip
     from featureflow.spark.pipeline import DEFAULT_DRIVER_PASS_RECORDS
 
     parser.add_argument(
@@ -193,16 +199,24 @@ def _duration(option: str) -> Callable[[str], int]:
     return parse
 
 
-def _keyed_topic(partitioner: str | None, partitions: int | None) -> KeyedTopic | None:
+def _keyed_topic(
+    partitioner: str | None, partitions: int | None, slices: int | None = None
+) -> KeyedTopic | None:
     """``--keyed-topic``'s setting (None: not set)."""
     if partitioner is None:
+        if slices is not None:
+            msg = "--keyed-slices needs --keyed-topic"
+            raise RepoError(msg)
         return None
     from featureflow.spark.keyed_pass import KeyedTopic
 
     if not partitions:
         msg = "--keyed-topic needs --partitions: the topic's partition count"
         raise RepoError(msg)
-    return KeyedTopic(partitions, partitioner)
+    if slices is not None and slices < 1:
+        msg = f"--keyed-slices {slices}: at least 1"
+        raise RepoError(msg)
+    return KeyedTopic(partitions, partitioner, slices)
 
 
 def _kafka_settings(pairs: list[str], file: str | None = None) -> dict[str, str]:
@@ -326,7 +340,7 @@ def _run(args: argparse.Namespace) -> int:
         idle_partition_timeout_ns=args.idle_partition_timeout,
         max_future_skew_ns=args.max_future_skew,
         state_warn_bytes=args.state_warn_bytes,
-        keyed_topic=_keyed_topic(args.keyed_topic, args.partitions),
+        keyed_topic=_keyed_topic(args.keyed_topic, args.partitions, args.keyed_slices),
         source_options=kafka_source_options(args.kafka_timeout / 1e9),
         sink_options=kafka_producer_options(args.kafka_timeout / 1e9),
     )

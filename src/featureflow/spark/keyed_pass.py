@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,12 +62,76 @@ KEY_NOT_ENTITY = "the Kafka key is not the entity's decimal text (the topic is k
 WRONG_PARTITION = "not in its key's partition under the topic's declared partitioner"
 
 
+SLICE_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+"""Fibonacci hashing's multiplier (2^64 / the golden ratio): an entity's slice is the high
+half of its id times this, modulo the slices, unrelated to the Kafka partitioner's hash of
+its decimal text."""
+
+
+def entity_slices(entities: pa.Array | pa.ChunkedArray, slices: int) -> np.ndarray:
+    """Each entity's slice among ``slices`` (uint64), a pure function of the entity id
+    (int64; a null counts as 0): the same in every batch, replay and process."""
+    ids = pc.fill_null(entities, 0).to_numpy().astype(np.int64, copy=False)
+    return ((ids.view(np.uint64) * SLICE_MULTIPLIER) >> np.uint64(32)) % np.uint64(slices)
+
+
 @dataclass(frozen=True)
 class KeyedTopic:
-    """How a topic is keyed: its partition count and its producers' partitioner."""
+    """How a topic is keyed: its partition count and its producers' partitioner; and into
+    how many state slices each Kafka partition's entities are cut (None: chosen when the
+    job starts, see :func:`~featureflow.spark.pipeline.keyed_slices`).
+
+    Kafka partition ``p`` holds state partitions ``p * slices`` to ``p * slices + slices -
+    1``: a task runs its records one slice after the other (compute, online write, state
+    save), so its memory above the state follows a slice's share of the batch, not its
+    whole Kafka partition's (performance log, *Slices of a keyed task*)."""
 
     partitions: int
     partitioner: str = kafka_keys.MURMUR2
+    slices: int | None = None
+
+    @property
+    def slice_count(self) -> int:
+        assert self.slices is not None, "slices are chosen when the job starts"
+        return self.slices
+
+    @property
+    def state_partition_count(self) -> int:
+        """The state's partitions: every Kafka partition's slices."""
+        return self.partitions * self.slice_count
+
+    @property
+    def scheme(self) -> str:
+        """How the state places entities (:meth:`~featureflow.spark.state.StateStore.
+        check_partitioning`): ``kafka-<partitioner>``, with ``/<slices>-slices`` when a
+        Kafka partition is cut into several."""
+        sliced = f"/{self.slice_count}-slices" if self.slice_count > 1 else ""
+        return f"{KAFKA_SCHEME_PREFIX}{self.partitioner}{sliced}"
+
+    def state_partitions(
+        self, kafka_partitions: int | pa.Array | pa.ChunkedArray,
+        entities: pa.Array | pa.ChunkedArray,
+    ) -> pa.Array:  # fmt: skip
+        """The state partition (int32) of each record: its Kafka partition's first plus its
+        entity's slice (``kafka_partitions``: one for all records, or one per record)."""
+        kafka = (
+            np.int64(kafka_partitions) if isinstance(kafka_partitions, int)
+            else kafka_partitions.to_numpy().astype(np.int64)
+        )  # fmt: skip
+        entity_slice = entity_slices(entities, self.slice_count).astype(np.int64)
+        return pa.array((kafka * self.slice_count + entity_slice).astype(np.int32))
+
+
+KAFKA_SCHEME_PREFIX = "kafka-"
+
+
+def slices_of_scheme(scheme: str) -> int | None:
+    """The slices a recorded placement ``scheme`` (:attr:`KeyedTopic.scheme`) names; None
+    for a scheme that is not a keyed topic's."""
+    if not scheme.startswith(KAFKA_SCHEME_PREFIX):
+        return None
+    _, _, sliced = scheme.partition("/")
+    return int(sliced.removesuffix("-slices")) if sliced else 1
 
 
 @dataclass(frozen=True)
@@ -178,8 +243,9 @@ class KeyedTopicPass:
     """``mapInArrow`` function of a keyed topic's micro-batch ``batch_id`` over the raw
     Kafka records: each task is one Kafka partition, checked in Arrow
     (:func:`checked_records`) and run through the views as the shuffled pass runs a shuffle
-    partition (:func:`~featureflow.spark.topic_pass.partition_outputs`), the Kafka partition
-    standing for the shuffle partition. Output rows: :data:`~featureflow.spark.topic_pass.
+    partition (:func:`~featureflow.spark.topic_pass.partition_outputs`), each of the Kafka
+    partition's slices (:class:`KeyedTopic`) standing for a shuffle partition, one after
+    the other. Output rows: :data:`~featureflow.spark.topic_pass.
     OUTPUT_SCHEMA`."""
 
     tasks: tuple[ViewTask, ...]
@@ -205,9 +271,12 @@ class KeyedTopicPass:
                 yield output_rows(UNDECIDED, 1, partition=[partition])
             else:
                 topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
+                partitions = self.keyed.state_partitions(
+                    partition, checked.records.column(self.join_key)
+                )
                 handed = [checked.records]  # see run_records: freed once computed
                 del checked
-                yield from state_host.run(partition_outputs, topic, partition, handed)
+                yield from state_host.run(partition_outputs, topic, partitions, handed)
         worker_gc.settle()
 
     def check(self, raw: pa.Table) -> Checked:
@@ -229,7 +298,7 @@ class KeyedTopicPass:
         partitions: list[int] | None = None,
     ) -> pa.Table:  # fmt: skip
         """The views on the driver (:func:`~featureflow.spark.topic_pass.run_on_driver`,
-        each record's Kafka partition as its partition) over each Kafka partition of the
+        each record's state partition as its partition) over each Kafka partition of the
         collected ``raw`` records checked in Arrow, and of ``partitions`` (and any of
         ``raw``'s whose timestamps only Spark reads) checked by ``checked_by_spark``."""
         inputs: list[pa.Table] = []
@@ -247,6 +316,7 @@ class KeyedTopicPass:
         names = [n for n in inputs[0].column_names if all(n in t.column_names for t in inputs)]
         records = pa.concat_tables([table.select(names) for table in inputs])
         records = records.append_column(
-            PARTITION_COLUMN, records.column("partition").cast(pa.int32())
+            PARTITION_COLUMN,
+            self.keyed.state_partitions(records.column("partition"), records.column(self.join_key)),
         )
         return run_on_driver(self.tasks, self.repo_path, self.batch_id, records)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -62,7 +62,13 @@ from featureflow.spark.metrics import (
 from featureflow.spark.offline_sink import CLOSED_SUFFIX, OfflineFeatureLog
 from featureflow.spark.online_sink import EXECUTOR_PHASES, ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
-from featureflow.spark.state import ENTITY_HASH, StateStore, filesystem_of, written_partitions
+from featureflow.spark.state import (
+    ENTITY_HASH,
+    StateStore,
+    filesystem_of,
+    recorded_partitioning,
+    written_partitions,
+)
 from featureflow.spark.timeouts import DEFAULT_KAFKA_TIMEOUT_S
 from featureflow.spark.watermarks import (
     DEFAULT_FUTURE_SKEW_NS,
@@ -609,6 +615,24 @@ def shuffle_partitions(state_roots: list[str], cores: int) -> int:
     return TASKS_PER_CORE * max(1, cores)
 
 
+def keyed_slices(state_roots: list[str], keyed: KeyedTopic, cores: int) -> int:
+    """The state slices of each Kafka partition of a keyed topic: ``--keyed-slices`` when
+    given, else the count the views' state was written with (a checkpoint keeps its
+    placement), else enough for :data:`TASKS_PER_CORE` state partitions per core in all,
+    as the shuffled layout has (at least one per Kafka partition)."""
+    from featureflow.spark.keyed_pass import slices_of_scheme
+
+    if keyed.slices is not None:
+        return keyed.slices
+    for root in state_roots:
+        recorded = recorded_partitioning(root)
+        written = None if recorded is None else slices_of_scheme(recorded)
+        if written is not None:
+            log.info("keyed state slices: %d, as the checkpoint's state was written", written)
+            return written
+    return max(1, -(-TASKS_PER_CORE * max(1, cores) // keyed.partitions))
+
+
 def start_topic_query(
     spark: SparkSession,
     specs: list[StreamViewSpec],
@@ -643,15 +667,22 @@ def start_topic_query(
                 f"--partitions {keyed.partitions}: a keyed topic's partitions are its state's"
             )
             raise RepoError(msg)
-    partitions = (keyed.partitions if keyed else options.partitions) or shuffle_partitions(
-        [f"{root}/{spec.name}/featureflow-state" for spec in specs],
-        spark.sparkContext.defaultParallelism,
-    )
+    state_roots = [f"{root}/{spec.name}/featureflow-state" for spec in specs]
+    cores = spark.sparkContext.defaultParallelism
+    if keyed is not None:
+        keyed = replace(keyed, slices=keyed_slices(state_roots, keyed, cores))
+        options = replace(options, keyed_topic=keyed)
+        log.info("keyed topic: %d Kafka partitions, %d state slices each",
+                 keyed.partitions, keyed.slice_count)  # fmt: skip
+    partitions = (
+        keyed.state_partition_count if keyed
+        else options.partitions or shuffle_partitions(state_roots, cores)
+    )  # fmt: skip
     views = []
     for spec in specs:
         state = StateStore(f"{root}/{spec.name}/featureflow-state", partitions)
+        state.check_partitioning(keyed.scheme if keyed else ENTITY_HASH)
         state.check_layout()
-        state.check_partitioning(f"kafka-{keyed.partitioner}" if keyed else ENTITY_HASH)
         schema = (feature_schemas or {}).get(spec.name)
         views.append(
             MicroBatchProcessor(

@@ -408,6 +408,17 @@ PARTITIONING_FILE = "partitioning"
 ENTITY_HASH = "entity-hash"
 
 
+def recorded_partitioning(root: str) -> str | None:
+    """The scheme the state under ``root`` places entities by (see
+    :meth:`StateStore.check_partitioning`); None: no state there yet."""
+    filesystem, base = filesystem_of(root)
+    path = f"{base}/{PARTITIONING_FILE}"
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return ENTITY_HASH if written_partitions(root) else None
+    with filesystem.open_input_stream(path) as stream:
+        return str(stream.read().decode())
+
+
 def written_partitions(root: str) -> set[int]:
     """The partition counts the state under ``root`` was written with (empty: none yet)."""
     filesystem, base = filesystem_of(root)
@@ -447,31 +458,30 @@ class StateStore:
 
     def check_partitioning(self, scheme: str) -> None:
         """Refuse state whose entities were placed by another scheme (``entity-hash``: the
-        shuffle's hash of the entity; ``kafka-<partitioner>``: a topic keyed by its
-        entity, the Kafka partition); record the scheme with new state. State written
-        before schemes were recorded is ``entity-hash``.
+        shuffle's hash of the entity; ``kafka-<partitioner>[/<n>-slices]``: a topic keyed
+        by its entity, the Kafka partition and the entity's slice of it,
+        :class:`~featureflow.spark.keyed_pass.KeyedTopic`); record the scheme with new
+        state. State written before schemes were recorded is ``entity-hash``.
 
         Raises:
             JobError: naming the scheme the state needs.
         """
         filesystem, base = self._paths()
-        path = f"{base}/{PARTITIONING_FILE}"
-        if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
-            if not written_partitions(self.root):  # new state: record it, atomically
-                file_modes.make_dirs(filesystem, base)
-                temporary = create_temporary(filesystem, path)
-                with filesystem.open_output_stream(temporary) as out:
-                    out.write(scheme.encode())
-                filesystem.move(temporary, path)
-                return
-            recorded = ENTITY_HASH
-        else:
-            with filesystem.open_input_stream(path) as stream:
-                recorded = stream.read().decode()
+        recorded = recorded_partitioning(self.root)
+        if recorded is None:  # new state: record it, atomically
+            path = f"{base}/{PARTITIONING_FILE}"
+            file_modes.make_dirs(filesystem, base)
+            temporary = create_temporary(filesystem, path)
+            with filesystem.open_output_stream(temporary) as out:
+                out.write(scheme.encode())
+            filesystem.move(temporary, path)
+            return
         if recorded != scheme:
+            partitioner, _, sliced = recorded.removeprefix("kafka-").partition("/")
             how = (
                 "without --keyed-topic" if recorded == ENTITY_HASH
-                else f"with --keyed-topic {recorded.removeprefix('kafka-')}"
+                else f"with --keyed-topic {partitioner}"
+                + (f" --keyed-slices {sliced.removesuffix('-slices')}" if sliced else "")
             )  # fmt: skip
             msg = (
                 f"the state under {self.root} places entities by {recorded}, not {scheme}: "

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -196,15 +196,16 @@ class TopicPass:
         worker_gc.settle()
 
     def run_partition(
-        self, partition: int, records: pa.Table | list[pa.Table]
+        self, partition: int | pa.Array, records: pa.Table | list[pa.Table]
     ) -> Iterator[pa.RecordBatch]:
         """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark
-        too; a one-element list: handed over, see :func:`run_records`)."""
+        too; a one-element list: handed over, see :func:`run_records`), or of a keyed
+        task's records with each one's state partition, one partition after the other."""
         yield from run_records(self.tasks, self.repo_path, self.batch_id, records, partition)
 
 
 def partition_outputs(
-    topic: TopicPass, partition: int, records: pa.Table | list[pa.Table]
+    topic: TopicPass, partition: int | pa.Array, records: pa.Table | list[pa.Table]
 ) -> list[pa.RecordBatch]:
     """:meth:`TopicPass.run_partition`, then :func:`after_task`: a task's work where the
     executor's state host runs it (:mod:`~featureflow.spark.state_host`).
@@ -219,19 +220,25 @@ def partition_outputs(
 
 def run_records(
     tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int,
-    records: pa.Table | list[pa.Table], partitions: int | pa.ChunkedArray,
+    records: pa.Table | list[pa.Table], partitions: int | pa.Array | pa.ChunkedArray,
+    threads: Executor | None = None,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
     """The output rows of checked ``records`` (see :class:`TopicPass`): counts, dead
-    letters, then every view over each shuffle partition, with one online write.
+    letters, then every view over each shuffle partition.
 
     Args:
         records: the records, or a one-element list of them, which this empties: handed
             over so, they are freed once the views have computed (the views' new events
             are in their states by then), not held through the writes, where the state
             host's two tasks peak.
-        partitions: the shuffle partition of every record: one for all of them (a
-            shuffled task's), or one per record (:data:`PARTITION_COLUMN` of the driver's
-            pass), which must be Spark's own hash partition of the record's entity key.
+        partitions: the state partition of every record: one for all of them (a shuffled
+            task's), or one per record: Spark's own hash partition of the record's entity
+            key (:data:`PARTITION_COLUMN` of the driver's pass), or a keyed task's slices
+            (:meth:`~featureflow.spark.keyed_pass.KeyedTopic.state_partitions`).
+        threads: where the partitions run side by side, with one online write for all of
+            them (the driver's pass); None: one partition after the other, each through
+            its views, online write and state saves before the next, so that a task's
+            memory follows its largest partition, not all of its records.
     """
     if isinstance(records, list):
         records = records.pop()
@@ -248,33 +255,41 @@ def run_records(
         by_partition = {partitions: records}
     else:
         by_partition = split_by_partition(records, partitions)
-    received: dict[int, Mapping[str, list[pa.RecordBatch]]] = {
-        partition: {
+    del records  # run_views frees the received events once computed
+
+    def received(rows: pa.Table) -> Mapping[str, list[pa.RecordBatch]]:
+        return {
             task.spec.name: rows.select(
                 [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
             ).to_batches()
             for task in tasks
         }
-        for partition, rows in sorted(by_partition.items())
-    }
-    del records, by_partition  # run_views frees the received events once computed
-    # the driver's pass: the partitions side by side, as the executors' tasks would run
-    threads = None if isinstance(partitions, int) else _driver_threads()
-    for partition, task, stats in run_views(list(tasks), repo_path, batch_id, received, threads):
+
+    if threads is None:
+        for partition in sorted(by_partition):
+            one = {partition: received(by_partition.pop(partition))}
+            for _, task, stats in run_views(list(tasks), repo_path, batch_id, one):
+                yield view_row(task.spec.name, partition, stats)
+        return
+    every = {partition: received(rows) for partition, rows in sorted(by_partition.items())}
+    by_partition.clear()
+    for partition, task, stats in run_views(list(tasks), repo_path, batch_id, every, threads):
         yield view_row(task.spec.name, partition, stats)
 
 
-def split_by_partition(records: pa.Table, partitions: pa.ChunkedArray) -> dict[int, pa.Table]:
-    """``records`` by shuffle partition (one per record), each in its arrival order: one
-    stable sort, then slices (a filter per partition would read every record each time)."""
+def split_by_partition(
+    records: pa.Table, partitions: pa.Array | pa.ChunkedArray
+) -> dict[int, pa.Table]:
+    """``records`` by state partition (one per record), each in its arrival order and in
+    buffers of its own (freed with it): one stable sort, then a ``take`` per partition (a
+    filter per partition would read every record each time)."""
     order = pc.sort_indices(partitions)  # stable: ties keep their order
-    ordered = records.take(order)
     counts = pc.value_counts(partitions.take(order))
     split, start = {}, 0
     for partition, count in zip(
         counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
     ):
-        split[int(partition)] = ordered.slice(start, count)
+        split[int(partition)] = records.take(order.slice(start, count))
         start += count
     return split
 
@@ -324,7 +339,8 @@ def run_on_driver(
     out = pa.Table.from_batches(
         list(
             run_records(
-                tasks, repo_path, batch_id, records.drop_columns([PARTITION_COLUMN]), partitions
+                tasks, repo_path, batch_id, records.drop_columns([PARTITION_COLUMN]), partitions,
+                _driver_threads(),
             )
         ),
         schema=ARROW_SCHEMA,
