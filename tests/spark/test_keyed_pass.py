@@ -22,6 +22,7 @@ from featureflow.spark.keyed_pass import (
     WRONG_PARTITION,
     KeyedTopic,
     KeyedTopicError,
+    KeyedTopicPass,
     checked_records,
     entity_slices,
     kafka_partition_of,
@@ -120,6 +121,37 @@ def test_a_keyed_partition_checks_as_the_spark_path(spark, values, late) -> None
     _same(got, _spark(spark, raw, late, future))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    values=json_messages.batches,
+    late=st.one_of(st.none(), st.integers(BASE_NS - 10**12, BASE_NS + 10**12)),
+    batch_rows=st.integers(1, 9),
+    chunk_records=st.integers(1, 25),
+)
+def test_a_task_checking_its_records_in_chunks_checks_them_as_a_whole(
+    values: list[bytes], late: int | None, batch_rows: int, chunk_records: int
+) -> None:
+    """A keyed task checks its raw records a chunk at a time as Spark hands its Arrow
+    batches over: the same rows as one check of them all, and undecided (the Spark path)
+    exactly when the whole would be."""
+    raw = _keyed(values)
+    raw = raw.set_column(3, "partition", pa.array([2] * raw.num_rows, pa.int32()))
+    future = BASE_NS + 10**13
+    whole = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED, late,
+                            future)  # fmt: skip
+    task = KeyedTopicPass((), "unused", 0, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED,
+                          late, future)  # fmt: skip
+    batches = raw.to_batches(max_chunksize=batch_rows)
+    partition, records = task.checked_in_chunks(iter(batches), chunk_records)
+    assert partition == 2
+    if whole.undecided:
+        assert records is None
+    else:
+        assert records is not None
+        assert records.to_pylist() == whole.records.to_pylist()
+        assert records.schema == whole.records.schema
+
+
 def test_records_keyed_otherwise_are_dead_letters_naming_the_key() -> None:
     value = b'{"user_id":7,"amount":1.5,"event_timestamp":1795996800250}'
     home = int(kafka_keys.partitions_of(pa.array([b"7"]), KEYED.partitions, KEYED.partitioner)[0])
@@ -138,6 +170,12 @@ def test_a_task_holding_several_kafka_partitions_is_refused() -> None:
     assert kafka_partition_of(_raw([value] * 2, [b"7"] * 2, [3, 3])) == 3
     with pytest.raises(KeyedTopicError, match="minPartitions"):
         kafka_partition_of(_raw([value] * 2, [b"7"] * 2, [3, 1]))
+    # checked a chunk at a time: a later chunk of another partition is refused too
+    task = KeyedTopicPass((), "unused", 0, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED,
+                          None, 2**62)  # fmt: skip
+    batches = _raw([value] * 2, [b"7"] * 2, [3, 1]).to_batches(max_chunksize=1)
+    with pytest.raises(KeyedTopicError, match="minPartitions"):
+        task.checked_in_chunks(iter(batches), chunk_records=1)
 
 
 def test_the_job_option_needs_the_partition_count() -> None:

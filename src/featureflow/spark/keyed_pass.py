@@ -53,6 +53,7 @@ from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 from featureflow.spark.topic_pass import (
     PARTITION_COLUMN,
     TopicPass,
+    counted_and_split,
     output_rows,
     partition_outputs,
     run_on_driver,
@@ -224,11 +225,35 @@ class KeyedTopicError(RuntimeError):
     """A keyed topic's micro-batch the pass per Kafka partition cannot run as it stands."""
 
 
-def kafka_partition_of(raw: pa.Table) -> int:
+CHECK_CHUNK_RECORDS = 100_000
+"""Raw records a keyed task checks at a time (:meth:`KeyedTopicPass.checked_in_chunks`):
+a few of Spark's Arrow batches (10,000 rows each by default), large enough that the
+vectorised parse's per-call cost stays small."""
+
+
+def _chunks(batches: Iterator[pa.RecordBatch], records: int) -> Iterator[pa.Table]:
+    """``batches`` (empty ones skipped) gathered into tables of at least ``records`` rows,
+    the last one smaller."""
+    pending: list[pa.RecordBatch] = []
+    held = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        held += batch.num_rows
+        if held >= records:
+            yield pa.Table.from_batches(pending)
+            pending, held = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
+
+def kafka_partition_of(raw: pa.Table, expected: int | None = None) -> int:
     """The one Kafka partition of a task's raw records (each Kafka partition's offset
-    range must be one task: no ``minPartitions``, no split ranges)."""
+    range must be one task: no ``minPartitions``, no split ranges); ``expected``: the
+    partition of the task's records so far."""
     partition = raw.column("partition")
-    first = int(partition[0].as_py())
+    first = int(partition[0].as_py()) if expected is None else expected
     if not pc.all(pc.equal(partition, first)).as_py():
         msg = (
             "a task of the pass per Kafka partition holds records of several Kafka "
@@ -260,24 +285,50 @@ class KeyedTopicPass:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         allocators.use_returning_allocators()
-        received = [batch for batch in batches if batch.num_rows]
-        if received:
-            raw = pa.Table.from_batches(received)
-            received.clear()
-            partition = kafka_partition_of(raw)
-            checked = self.check(raw)
-            del raw
-            if checked.undecided:  # the driver takes the Spark path for this partition
-                yield output_rows(UNDECIDED, 1, partition=[partition])
-            else:
-                topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
-                partitions = self.keyed.state_partitions(
-                    partition, checked.records.column(self.join_key)
+        partition, records = self.checked_in_chunks(batches)
+        if partition is not None and records is None:
+            # the driver takes the Spark path for this partition
+            yield output_rows(UNDECIDED, 1, partition=[partition])
+        elif partition is not None and records is not None:
+            # counts and dead letters here; each slice's usable records to the state host
+            slices = self.keyed.state_partitions(partition, records.column(self.join_key))
+            out, by_slice = counted_and_split(records, slices)
+            del records, slices
+            yield from out
+            topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
+            for state_partition in sorted(by_slice):
+                handed = [by_slice.pop(state_partition)]  # freed once computed
+                yield from state_host.run(
+                    partition_outputs, topic, state_partition, handed, True
                 )
-                handed = [checked.records]  # see run_records: freed once computed
-                del checked
-                yield from state_host.run(partition_outputs, topic, partitions, handed)
         worker_gc.settle()
+
+    def checked_in_chunks(
+        self, batches: Iterator[pa.RecordBatch], chunk_records: int = CHECK_CHUNK_RECORDS
+    ) -> tuple[int | None, pa.Table | None]:
+        """The task's Kafka partition (None: no records) and its records checked
+        (:func:`checked_records`; None: some timestamp only Spark reads), checked
+        ``chunk_records`` at a time as Spark hands them over: every check is
+        per record, and a chunk's raw bytes are dropped once checked, so the task holds
+        its checked records and one chunk's raw ones, not its whole partition's raw
+        records. Past an undecided chunk the rest is only read through."""
+        partition: int | None = None
+        checked: list[pa.Table] | None = []
+        for raw in _chunks(batches, chunk_records):
+            partition = kafka_partition_of(raw, partition)
+            if checked is None:
+                continue
+            result = self.check(raw)
+            del raw
+            if result.undecided:
+                checked = None
+            else:
+                checked.append(result.records)
+        if partition is None or checked is None:
+            return partition, None
+        records = pa.concat_tables(checked)
+        checked.clear()
+        return partition, records
 
     def check(self, raw: pa.Table) -> Checked:
         return checked_records(

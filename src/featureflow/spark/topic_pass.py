@@ -196,24 +196,30 @@ class TopicPass:
         worker_gc.settle()
 
     def run_partition(
-        self, partition: int | pa.Array, records: pa.Table | list[pa.Table]
+        self, partition: int, records: pa.Table | list[pa.Table]
     ) -> Iterator[pa.RecordBatch]:
         """The output rows of shuffle partition ``partition``'s ``records`` (outside Spark
-        too; a one-element list: handed over, see :func:`run_records`), or of a keyed
-        task's records with each one's state partition, one partition after the other."""
+        too; a one-element list: handed over, see :func:`run_records`)."""
         yield from run_records(self.tasks, self.repo_path, self.batch_id, records, partition)
 
 
 def partition_outputs(
-    topic: TopicPass, partition: int | pa.Array, records: pa.Table | list[pa.Table]
-) -> list[pa.RecordBatch]:
-    """:meth:`TopicPass.run_partition`, then :func:`after_task`: a task's work where the
-    executor's state host runs it (:mod:`~featureflow.spark.state_host`).
+    topic: TopicPass, partition: int, records: pa.Table | list[pa.Table],
+    usable_only: bool = False,
+) -> list[pa.RecordBatch]:  # fmt: skip
+    """:meth:`TopicPass.run_partition` (``usable_only``: :func:`partition_views`, for
+    usable records whose counts and dead letters the caller returned), then
+    :func:`after_task`: a task's work where the executor's state host runs it
+    (:mod:`~featureflow.spark.state_host`).
 
     The store is opened (:func:`~featureflow.spark.online_sink.open_store`) before the
     views compute, though only the online write uses it."""
     open_store(topic.repo_path)
-    out = list(topic.run_partition(partition, records))
+    if usable_only:
+        out = list(partition_views(topic.tasks, topic.repo_path, topic.batch_id, records,
+                                   partition))  # fmt: skip
+    else:
+        out = list(topic.run_partition(partition, records))
     after_task(topic.batch_id)
     return out
 
@@ -232,49 +238,73 @@ def run_records(
             are in their states by then), not held through the writes, where the state
             host's two tasks peak.
         partitions: the state partition of every record: one for all of them (a shuffled
-            task's), or one per record: Spark's own hash partition of the record's entity
-            key (:data:`PARTITION_COLUMN` of the driver's pass), or a keyed task's slices
-            (:meth:`~featureflow.spark.keyed_pass.KeyedTopic.state_partitions`).
+            task's), or one per record (Spark's own hash partition of the record's entity
+            key: :data:`PARTITION_COLUMN` of the driver's pass).
         threads: where the partitions run side by side, with one online write for all of
             them (the driver's pass); None: one partition after the other, each through
-            its views, online write and state saves before the next, so that a task's
-            memory follows its largest partition, not all of its records.
+            its views, online write and state saves before the next, so that the memory
+            follows the largest partition, not all of the records.
     """
     if isinstance(records, list):
         records = records.pop()
-    yield count_rows(records)
+    out, by_partition = counted_and_split(records, partitions)
+    del records  # run_views frees the received events once computed
+    yield from out
+    if threads is None:
+        for partition in sorted(by_partition):
+            yield from partition_views(
+                tasks, repo_path, batch_id, [by_partition.pop(partition)], partition
+            )
+        return
+    every = {
+        partition: _received(tasks, rows) for partition, rows in sorted(by_partition.items())
+    }
+    by_partition.clear()
+    for partition, task, stats in run_views(list(tasks), repo_path, batch_id, every, threads):
+        yield view_row(task.spec.name, partition, stats)
+
+
+def counted_and_split(
+    records: pa.Table, partitions: int | pa.Array | pa.ChunkedArray
+) -> tuple[list[pa.RecordBatch], dict[int, pa.Table]]:
+    """Checked ``records`` -> their count rows and dead letters, and their usable records
+    by state partition (``partitions``: one for all records, or one per record)."""
+    out = [count_rows(records)]
     bad = pc.is_valid(records.column(ERROR_REASON))
     if pc.any(bad).as_py():
-        yield dead_letter_rows(records.filter(bad))
+        out.append(dead_letter_rows(records.filter(bad)))
         records = records.filter(pc.invert(bad))
         if not isinstance(partitions, int):
             partitions = partitions.filter(pc.invert(bad))
     if not records.num_rows:
-        return
+        return out, {}
     if isinstance(partitions, int):
-        by_partition = {partitions: records}
-    else:
-        by_partition = split_by_partition(records, partitions)
-    del records  # run_views frees the received events once computed
+        return out, {partitions: records}
+    return out, split_by_partition(records, partitions)
 
-    def received(rows: pa.Table) -> Mapping[str, list[pa.RecordBatch]]:
-        return {
-            task.spec.name: rows.select(
-                [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
-            ).to_batches()
-            for task in tasks
-        }
 
-    if threads is None:
-        for partition in sorted(by_partition):
-            one = {partition: received(by_partition.pop(partition))}
-            for _, task, stats in run_views(list(tasks), repo_path, batch_id, one):
-                yield view_row(task.spec.name, partition, stats)
-        return
-    every = {partition: received(rows) for partition, rows in sorted(by_partition.items())}
-    by_partition.clear()
-    for partition, task, stats in run_views(list(tasks), repo_path, batch_id, every, threads):
+def partition_views(
+    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int,
+    usable: pa.Table | list[pa.Table], partition: int,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """The views' rows of one state partition's ``usable`` records (a one-element list:
+    handed over, freed once computed): computes, online write, state saves."""
+    if isinstance(usable, list):
+        usable = usable.pop()
+    one = {partition: _received(tasks, usable)}
+    del usable
+    for _, task, stats in run_views(list(tasks), repo_path, batch_id, one):
         yield view_row(task.spec.name, partition, stats)
+
+
+def _received(tasks: tuple[ViewTask, ...], rows: pa.Table) -> Mapping[str, list[pa.RecordBatch]]:
+    """Each view's columns of ``rows`` (by view name), as :func:`run_views` takes them."""
+    return {
+        task.spec.name: rows.select(
+            [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
+        ).to_batches()
+        for task in tasks
+    }
 
 
 def split_by_partition(
