@@ -76,7 +76,9 @@ def test_keyed_pass_writes_what_the_shuffled_pass_writes(
     runs = {}
     for mode, extra in (
         ("shuffled", ()),
-        ("keyed", ("--keyed-topic", "crc32", "--partitions", str(PARTITIONS))),
+        # 3 slices of each Kafka partition (local[2] would take 1: 2 per core in all)
+        ("keyed", ("--keyed-topic", "crc32", "--partitions", str(PARTITIONS),
+                   "--keyed-slices", "3")),
     ):
         repo = copy_repo(tmp_path / mode)
         apply(repo, topic)
@@ -92,9 +94,8 @@ def test_keyed_pass_writes_what_the_shuffled_pass_writes(
         for extra, why in (
             (("--keyed-topic", "crc32", "--partitions", "3"), "has 4 partitions, not"),
             ((), "run the job with --keyed-topic crc32"),
-            # local[2]: 4 state partitions per core in all, 2 slices of each Kafka partition
-            (("--keyed-topic", "crc32", "--partitions", "4", "--keyed-slices", "3"),
-             "run the job with --keyed-topic crc32 --keyed-slices 2"),
+            (("--keyed-topic", "crc32", "--partitions", "4", "--keyed-slices", "2"),
+             "run the job with --keyed-topic crc32 --keyed-slices 3"),
         ):
             refused = run(job_command(repo, kafka_bootstrap, checkpoint, "--available-now", *extra))
             assert refused.returncode != 0 and why in refused.stdout + refused.stderr, why
