@@ -299,8 +299,8 @@ def test_sigkill_at_random_and_at_every_failpoint_then_drain_equals_one_run_and_
         )
         logs += run_job(repo, kafka_bootstrap, checkpoint, *COUNT_UNNAMED, *(KEYED * keyed))
         layouts = {path.name for path in checkpoint.rglob("partitions=*")}
-        if keyed:  # each Kafka partition cut into 2 slices: 2 state partitions per core
-            assert layouts == {f"partitions={len(LAYOUT) * 2}"}
+        if keyed:  # each Kafka partition cut into 3 slices: 4 state partitions per core
+            assert layouts == {f"partitions={len(LAYOUT) * 3}"}
         else:
             assert layouts == {"partitions=16"}, "a run without --partitions keeps the checkpoint's"
 

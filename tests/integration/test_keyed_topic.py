@@ -76,7 +76,7 @@ def test_keyed_pass_writes_what_the_shuffled_pass_writes(
     runs = {}
     for mode, extra in (
         ("shuffled", ()),
-        # 3 slices of each Kafka partition (local[2] would take 1: 2 per core in all)
+        # 3 slices of each Kafka partition (local[2] would take 2: 4 per core in all)
         ("keyed", ("--keyed-topic", "crc32", "--partitions", str(PARTITIONS),
                    "--keyed-slices", "3")),
     ):

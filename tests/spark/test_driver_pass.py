@@ -255,6 +255,16 @@ class _PoolReadingTask(ViewTask):
         super().save_state(partition, outputs)
 
 
+def _pool_reading_tasks(repo: Path, readings: list[int]) -> tuple[ViewTask, ...]:
+    """Batch 0's tasks of ``repo``, noting Arrow's pool in ``readings`` as each state save
+    begins."""
+    return tuple(
+        _PoolReadingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline,
+                         readings=readings)
+        for t in _tasks(repo, 0, 0)
+    )  # fmt: skip
+
+
 def test_a_task_handed_its_records_frees_them_before_its_writes(tmp_path: Path) -> None:
     """A shuffled task hands its records over in a one-element list (as
     :class:`TopicPass` does, in its worker or through the state host): the pass empties
@@ -276,11 +286,7 @@ def test_a_task_handed_its_records_frees_them_before_its_writes(tmp_path: Path) 
         """The pass's rows, and Arrow's pool after its online write above what it held
         when the pass began."""
         readings: list[int] = []
-        tasks = tuple(
-            _PoolReadingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline,
-                             readings=readings)
-            for t in _tasks(repo, 0, 0)
-        )  # fmt: skip
+        tasks = _pool_reading_tasks(repo, readings)
         before = pa.total_allocated_bytes()
         out = pa.Table.from_batches(list(TopicPass(tasks, str(repo), 0).run_partition(0, records)))
         return out, readings[0] - before
@@ -309,11 +315,7 @@ def test_a_task_taking_its_partitions_in_turn_holds_one_partitions_outputs(
 
     def run(repo: Path, threads: ThreadPoolExecutor | None) -> tuple[pa.Table, int]:
         readings: list[int] = []
-        tasks = tuple(
-            _PoolReadingTask(t.spec, t.batch_id, t.state, t.watermark_ns, t.offline,
-                             readings=readings)
-            for t in _tasks(repo, 0, 0)
-        )  # fmt: skip
+        tasks = _pool_reading_tasks(repo, readings)
         before = pa.total_allocated_bytes()
         out = pa.Table.from_batches(
             list(run_records(tasks, str(repo), 0, [records], partition_of, threads))

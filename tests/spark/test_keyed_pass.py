@@ -232,7 +232,7 @@ def test_slices_spread_the_entities_evenly() -> None:
 
 
 def test_the_slices_are_recorded_with_the_state_and_kept_by_a_later_run(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from featureflow.spark.pipeline import KEYED_STATE_PARTITIONS_PER_CORE, keyed_slices
+    from featureflow.spark.pipeline import TASKS_PER_CORE, keyed_slices
     from featureflow.spark.state import StateStore
 
     assert slices_of_scheme(KeyedTopic(4, kafka_keys.CRC32, 1).scheme) == 1
@@ -240,11 +240,11 @@ def test_the_slices_are_recorded_with_the_state_and_kept_by_a_later_run(tmp_path
     assert slices_of_scheme(KeyedTopic(4, kafka_keys.MURMUR2, 3).scheme) == 3
     assert slices_of_scheme("entity-hash") is None
     roots = [str(tmp_path / "a"), str(tmp_path / "b")]
-    # new state: enough slices for KEYED_STATE_PARTITIONS_PER_CORE per core in all
-    assert KEYED_STATE_PARTITIONS_PER_CORE == 2
-    assert keyed_slices(roots, KeyedTopic(2, kafka_keys.CRC32), cores=2) == 2
-    assert keyed_slices(roots, KeyedTopic(3, kafka_keys.CRC32), cores=2) == 2
-    assert keyed_slices(roots, KeyedTopic(3, kafka_keys.CRC32), cores=8) == 6
+    # new state: enough slices for TASKS_PER_CORE state partitions per core in all
+    assert TASKS_PER_CORE == 4
+    assert keyed_slices(roots, KeyedTopic(2, kafka_keys.CRC32), cores=2) == 4
+    assert keyed_slices(roots, KeyedTopic(3, kafka_keys.CRC32), cores=2) == 3
+    assert keyed_slices(roots, KeyedTopic(3, kafka_keys.CRC32), cores=8) == 11
     assert keyed_slices(roots, KeyedTopic(16, kafka_keys.CRC32), cores=2) == 1
     assert keyed_slices(roots, KeyedTopic(2, kafka_keys.CRC32, 5), cores=2) == 5
     # written state keeps its slices, whatever the cores now

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keyed-slices", type=int, metavar="N",
         help="with --keyed-topic: state slices of each Kafka partition, run one after the "
-        "other in its task to bound its memory (default: the checkpoint's, else 2 state "
+        "other in its task to bound its memory (default: the checkpoint's, else 4 state "
         "partitions per core in all)",
     )  # fmt: skip
     from featureflow.spark.pipeline import DEFAULT_DRIVER_PASS_RECORDS

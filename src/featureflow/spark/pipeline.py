@@ -615,20 +615,16 @@ def shuffle_partitions(state_roots: list[str], cores: int) -> int:
     return TASKS_PER_CORE * max(1, cores)
 
 
-KEYED_STATE_PARTITIONS_PER_CORE = 2
-"""State partitions per core of a new keyed checkpoint (``--keyed-slices`` unset): each
-Kafka partition is cut into enough slices for this many in all. Measured on 10 M events,
-2 Kafka partitions, 2 cores (``bench/stream.py``, section ``keyed_slices``, 2026-12-07):
-1 slice each peaked at 3.27x the state, 2 slices at 2.53x at the same events/s, 4 slices
-(:data:`TASKS_PER_CORE` per core, as the shuffled layout) at 2.38x but 10 % slower: each
-slice is a call to the state host, whose threads share one interpreter."""
-
-
 def keyed_slices(state_roots: list[str], keyed: KeyedTopic, cores: int) -> int:
     """The state slices of each Kafka partition of a keyed topic: ``--keyed-slices`` when
     given, else the count the views' state was written with (a checkpoint keeps its
-    placement), else enough for :data:`KEYED_STATE_PARTITIONS_PER_CORE` state partitions
-    per core in all (at least one per Kafka partition)."""
+    placement), else enough for :data:`TASKS_PER_CORE` state partitions per core in all,
+    as the shuffled layout has (at least one per Kafka partition).
+
+    Measured on 10 M events over 2 Kafka partitions, 2 cores (``bench/stream.py``, section
+    ``keyed_slices``, two runs, 2026-12-07): the workers' peak grew 3.27-3.44x the state
+    with 1 slice each, 2.50-2.53x with 2 and 2.29-2.38x with 4, at events/s within the
+    runs' spread (220-249 k for each count)."""
     from featureflow.spark.keyed_pass import slices_of_scheme
 
     if keyed.slices is not None:
@@ -639,7 +635,7 @@ def keyed_slices(state_roots: list[str], keyed: KeyedTopic, cores: int) -> int:
         if written is not None:
             log.info("keyed state slices: %d, as the checkpoint's state was written", written)
             return written
-    return max(1, -(-KEYED_STATE_PARTITIONS_PER_CORE * max(1, cores) // keyed.partitions))
+    return max(1, -(-TASKS_PER_CORE * max(1, cores) // keyed.partitions))
 
 
 def start_topic_query(
