@@ -5,6 +5,8 @@ entity; records keyed otherwise become dead letters naming the key."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import json_messages
 import numpy as np
 import pyarrow as pa
@@ -29,6 +31,7 @@ from featureflow.spark.keyed_pass import (
     slices_of_scheme,
 )
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
+from featureflow.spark.topic_pass import COUNT, DEAD, counted_and_split
 
 pytestmark = pytest.mark.integration
 
@@ -128,28 +131,63 @@ def test_a_keyed_partition_checks_as_the_spark_path(spark, values, late) -> None
     batch_rows=st.integers(1, 9),
     chunk_records=st.integers(1, 25),
 )
-def test_a_task_checking_its_records_in_chunks_checks_them_as_a_whole(
+def test_a_task_checking_its_records_in_chunks_sorts_them_out_as_a_whole(
     values: list[bytes], late: int | None, batch_rows: int, chunk_records: int
 ) -> None:
     """A keyed task checks its raw records a chunk at a time as Spark hands its Arrow
-    batches over: the same rows as one check of them all, and undecided (the Spark path)
-    exactly when the whole would be."""
+    batches over and takes each chunk's dead letters out at once: the same counts, dead
+    letters and usable records per state slice as one check of them all sorted out, and
+    undecided (the Spark path) exactly when the whole would be."""
     raw = _keyed(values)
     raw = raw.set_column(3, "partition", pa.array([2] * raw.num_rows, pa.int32()))
     future = BASE_NS + 10**13
-    whole = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED, late,
+    sliced = KeyedTopic(KEYED.partitions, KEYED.partitioner, 3)
+    whole = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, sliced, late,
                             future)  # fmt: skip
-    task = KeyedTopicPass((), "unused", 0, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED,
-                          late, future)  # fmt: skip
+    views = (SimpleNamespace(spec=SPEC),)  # the columns the views read
+    task = KeyedTopicPass(views, "unused", 0, FIELDS, SPEC.join_key,  # type: ignore[arg-type]
+                          SPEC.timestamp_field, sliced, late, future)  # fmt: skip
     batches = raw.to_batches(max_chunksize=batch_rows)
-    partition, records = task.checked_in_chunks(iter(batches), chunk_records)
+    partition, got = task.checked_in_chunks(iter(batches), chunk_records)
     assert partition == 2
     if whole.undecided:
-        assert records is None
-    else:
-        assert records is not None
-        assert records.to_pylist() == whole.records.to_pylist()
-        assert records.schema == whole.records.schema
+        assert got is None
+        return
+    assert got is not None
+    columns = [SPEC.join_key, EVENT_NS, *SPEC.value_columns]
+    want = counted_and_split(
+        whole.records, sliced.state_partitions(2, whole.records.column(SPEC.join_key)), columns
+    )
+    for _, by_slice in (got, want):
+        assert all(6 <= p < 9 for p in by_slice)
+    assert _counts(got[0]) == _counts(want[0])
+    assert _dead(got[0]) == _dead(want[0])
+    assert sorted(got[1]) == sorted(want[1])
+    for state_partition, tables in got[1].items():
+        usable = pa.concat_tables(tables)
+        assert usable.column_names == columns
+        assert usable.to_pylist() == want[1][state_partition].to_pylist()
+
+
+def _counts(out: list[pa.RecordBatch]) -> dict[tuple[int, str | None], tuple[int, int | None]]:
+    """Records and the largest event time per (Kafka partition, reason), summed over rows."""
+    counted: dict[tuple[int, str | None], tuple[int, int | None]] = {}
+    for row in pa.Table.from_batches(out).to_pylist():
+        if row["kind"] == COUNT:
+            rows, max_ns = counted.get((row["partition"], row["reason"]), (0, None))
+            both = [ns for ns in (max_ns, row["max_ns"]) if ns is not None]
+            counted[(row["partition"], row["reason"])] = (
+                rows + row["rows"], max(both) if both else None
+            )
+    return counted
+
+
+def _dead(out: list[pa.RecordBatch]) -> list[tuple[object, ...]]:
+    return sorted(
+        (row["offset"], row["key"], row["value"], row["topic"], row["field"], row["reason"])
+        for row in pa.Table.from_batches(out).to_pylist()
+        if row["kind"] == DEAD
+    )
 
 
 def test_records_keyed_otherwise_are_dead_letters_naming_the_key() -> None:
@@ -171,7 +209,8 @@ def test_a_task_holding_several_kafka_partitions_is_refused() -> None:
     with pytest.raises(KeyedTopicError, match="minPartitions"):
         kafka_partition_of(_raw([value] * 2, [b"7"] * 2, [3, 1]))
     # checked a chunk at a time: a later chunk of another partition is refused too
-    task = KeyedTopicPass((), "unused", 0, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED,
+    sliced = KeyedTopic(KEYED.partitions, KEYED.partitioner, 2)
+    task = KeyedTopicPass((), "unused", 0, FIELDS, SPEC.join_key, SPEC.timestamp_field, sliced,
                           None, 2**62)  # fmt: skip
     batches = _raw([value] * 2, [b"7"] * 2, [3, 1]).to_batches(max_chunksize=1)
     with pytest.raises(KeyedTopicError, match="minPartitions"):

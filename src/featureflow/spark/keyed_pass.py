@@ -145,9 +145,12 @@ class Checked:
 def checked_records(
     raw: pa.Table, fields: tuple[tuple[str, str], ...], join_key: str, timestamp_field: str,
     keyed: KeyedTopic, late_before_ns: int | None, future_after_ns: int,
+    dead_letter_bytes_only: bool = True,
 ) -> Checked:  # fmt: skip
     """Raw Kafka records (``key``, ``value``, ``topic``, ``partition``, ``offset``) of
-    one partition -> the records the views' pass takes (see the module)."""
+    one partition -> the records the views' pass takes (see the module);
+    ``dead_letter_bytes_only=False``: every record keeps its raw bytes (for a caller that
+    takes the dead letters out at once)."""
     parser = JsonRecordParser(fields, join_key, timestamp_field)
     parsed = BatchJsonParser(parser)(raw.column("value").combine_chunks())
     stamps = read_stamps_as_spark(parsed.column(STAMP))
@@ -167,23 +170,25 @@ def checked_records(
     columns[ERROR_FIELD] = checked.field
     columns[ERROR_REASON] = checked.reason
     records = pa.table(columns)
-    return Checked(
-        finish(records, join_key, timestamp_field, keyed, late_before_ns, future_after_ns),
-        undecided=False,
-    )
+    records = finish(
+        records, join_key, timestamp_field, keyed, late_before_ns, future_after_ns,
+        dead_letter_bytes_only,
+    )  # fmt: skip
+    return Checked(records, undecided=False)
 
 
 def finish(
     records: pa.Table, join_key: str, timestamp_field: str, keyed: KeyedTopic,
-    late_before_ns: int | None, future_after_ns: int,
+    late_before_ns: int | None, future_after_ns: int, dead_letter_bytes_only: bool = True,
 ) -> pa.Table:  # fmt: skip
     """Parsed and checked records (the parser's reasons set, raw bytes present) -> the
     pass's input: the keying checks (:func:`mark_keying`), the event-time rules, then
-    the dead letters' bytes only. Both the Arrow path and the Spark path end here."""
+    the dead letters' bytes only (unless not ``dead_letter_bytes_only``). Both the Arrow
+    path and the Spark path end here."""
     records = mark_event_time_collected(
         mark_keying(records, join_key, keyed), timestamp_field, late_before_ns, future_after_ns
     )
-    return without_unneeded_bytes_collected(records)
+    return without_unneeded_bytes_collected(records) if dead_letter_bytes_only else records
 
 
 def mark_keying(records: pa.Table, join_key: str, keyed: KeyedTopic) -> pa.Table:
@@ -263,6 +268,11 @@ def kafka_partition_of(raw: pa.Table, expected: int | None = None) -> int:
     return first
 
 
+SortedOut = tuple[list[pa.RecordBatch], dict[int, list[pa.Table]]]
+"""A keyed task's checked records sorted out: its count and dead-letter rows, and per state
+slice the views' columns of its usable records (a table per chunk)."""
+
+
 @dataclass(frozen=True)
 class KeyedTopicPass:
     """``mapInArrow`` function of a keyed topic's micro-batch ``batch_id`` over the raw
@@ -285,19 +295,18 @@ class KeyedTopicPass:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         allocators.use_returning_allocators()
-        partition, records = self.checked_in_chunks(batches)
-        if partition is not None and records is None:
+        partition, sorted_out = self.checked_in_chunks(batches)
+        if partition is not None and sorted_out is None:
             # the driver takes the Spark path for this partition
             yield output_rows(UNDECIDED, 1, partition=[partition])
-        elif partition is not None and records is not None:
-            # counts and dead letters here; each slice's usable records to the state host
-            slices = self.keyed.state_partitions(partition, records.column(self.join_key))
-            out, by_slice = counted_and_split(records, slices)
-            del records, slices
+        elif sorted_out is not None:
+            out, by_slice = sorted_out
             yield from out
+            out.clear()
             topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
             for state_partition in sorted(by_slice):
-                handed = [by_slice.pop(state_partition)]  # freed once computed
+                # each slice's usable records to the state host, freed once computed
+                handed = [pa.concat_tables(by_slice.pop(state_partition))]
                 yield from state_host.run(
                     partition_outputs, topic, state_partition, handed, True
                 )
@@ -305,35 +314,55 @@ class KeyedTopicPass:
 
     def checked_in_chunks(
         self, batches: Iterator[pa.RecordBatch], chunk_records: int = CHECK_CHUNK_RECORDS
-    ) -> tuple[int | None, pa.Table | None]:
+    ) -> tuple[int | None, SortedOut | None]:
         """The task's Kafka partition (None: no records) and its records checked
-        (:func:`checked_records`; None: some timestamp only Spark reads), checked
-        ``chunk_records`` at a time as Spark hands them over: every check is
-        per record, and a chunk's raw bytes are dropped once checked, so the task holds
-        its checked records and one chunk's raw ones, not its whole partition's raw
-        records. Past an undecided chunk the rest is only read through."""
+        (:func:`checked_records`) and sorted out (:func:`~featureflow.spark.topic_pass.
+        counted_and_split`): count rows, dead letters, and per state slice the views'
+        columns of its usable records (None: some timestamp only Spark reads).
+
+        Checked ``chunk_records`` at a time as Spark hands them over: every check is per
+        record, the driver sums count rows, and a chunk's raw bytes are dropped once its
+        dead letters are taken out, so the task holds its usable records' view columns
+        and one chunk's raw records, not its whole partition's. Past an undecided chunk
+        the rest is only read through."""
         partition: int | None = None
-        checked: list[pa.Table] | None = []
+        out: list[pa.RecordBatch] = []
+        slices: dict[int, list[pa.Table]] | None = {}
+        columns = list(
+            dict.fromkeys(
+                name
+                for task in self.tasks
+                for name in (task.spec.join_key, EVENT_NS, *task.spec.value_columns)
+            )
+        )
         for raw in _chunks(batches, chunk_records):
             partition = kafka_partition_of(raw, partition)
-            if checked is None:
+            if slices is None:
                 continue
-            result = self.check(raw)
+            checked = self.check(raw, dead_letter_bytes_only=False)
             del raw
-            if result.undecided:
-                checked = None
-            else:
-                checked.append(result.records)
-        if partition is None or checked is None:
+            if checked.undecided:
+                out.clear()
+                slices = None
+                continue
+            records = checked.records
+            del checked
+            chunk_out, by_slice = counted_and_split(
+                records, self.keyed.state_partitions(partition, records.column(self.join_key)),
+                columns,
+            )  # fmt: skip
+            del records
+            out.extend(chunk_out)
+            for state_partition, usable in by_slice.items():
+                slices.setdefault(state_partition, []).append(usable)
+        if partition is None or slices is None:
             return partition, None
-        records = pa.concat_tables(checked)
-        checked.clear()
-        return partition, records
+        return partition, (out, slices)
 
-    def check(self, raw: pa.Table) -> Checked:
+    def check(self, raw: pa.Table, dead_letter_bytes_only: bool = True) -> Checked:
         return checked_records(
             raw, self.fields, self.join_key, self.timestamp_field, self.keyed,
-            self.late_before_ns, self.future_after_ns,
+            self.late_before_ns, self.future_after_ns, dead_letter_bytes_only,
         )  # fmt: skip
 
     def finish(self, parsed: pa.Table) -> pa.Table:

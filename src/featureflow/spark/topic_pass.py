@@ -265,22 +265,26 @@ def run_records(
 
 
 def counted_and_split(
-    records: pa.Table, partitions: int | pa.Array | pa.ChunkedArray
-) -> tuple[list[pa.RecordBatch], dict[int, pa.Table]]:
+    records: pa.Table, partitions: int | pa.Array | pa.ChunkedArray,
+    columns: list[str] | None = None,
+) -> tuple[list[pa.RecordBatch], dict[int, pa.Table]]:  # fmt: skip
     """Checked ``records`` -> their count rows and dead letters, and their usable records
-    by state partition (``partitions``: one for all records, or one per record)."""
+    (``columns`` of them; None: all) by state partition (``partitions``: one for all
+    records, or one per record)."""
     out = [count_rows(records)]
     bad = pc.is_valid(records.column(ERROR_REASON))
+    usable = records if columns is None else records.select(columns)
     if pc.any(bad).as_py():
         out.append(dead_letter_rows(records.filter(bad)))
-        records = records.filter(pc.invert(bad))
+        usable = usable.filter(pc.invert(bad))
         if not isinstance(partitions, int):
             partitions = partitions.filter(pc.invert(bad))
-    if not records.num_rows:
+    del records
+    if not usable.num_rows:
         return out, {}
     if isinstance(partitions, int):
-        return out, {partitions: records}
-    return out, split_by_partition(records, partitions)
+        return out, {partitions: usable}
+    return out, split_by_partition(usable, partitions)
 
 
 def partition_views(
