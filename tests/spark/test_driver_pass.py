@@ -54,10 +54,12 @@ from featureflow.spark.topic_pass import (
     PARTITION_COLUMN,
     VIEW,
     TopicPass,
+    counted_and_split,
     run_on_driver,
-    run_records,
     shuffle_partition,
+    slices_in_turn,
     split_by_partition,
+    view_columns,
 )
 
 PARTITIONS = 4
@@ -162,9 +164,8 @@ def test_the_drivers_pass_equals_the_shuffled_tasks(tmp_path: Path) -> None:
             _tasks(driver, batch_id, watermark_ns), str(driver), batch_id,
             batch.append_column(PARTITION_COLUMN, partitions),
         )  # fmt: skip
-        one_task = pa.Table.from_batches(list(run_records(
-            _tasks(sliced, batch_id, watermark_ns), str(sliced), batch_id, [batch], partitions
-        )))  # fmt: skip
+        one_task = _in_turn(_tasks(sliced, batch_id, watermark_ns), sliced, batch_id, batch,
+                            partitions)  # fmt: skip
         shuffled_out = _shuffled_pass(shuffled, batch_id, watermark_ns, batch, partitions)
         assert _comparable(on_driver) == _comparable(shuffled_out), batch_id
         assert _comparable(one_task) == _comparable(shuffled_out), batch_id
@@ -185,6 +186,17 @@ def test_the_drivers_pass_equals_the_shuffled_tasks(tmp_path: Path) -> None:
                 assert got_state is not None and want_state is not None
                 assert got_state.equals(want_state), (spec.name, partition)
         assert _online(repo, users) == _online(shuffled, users)
+
+
+def _in_turn(tasks: tuple[ViewTask, ...], repo: Path, batch_id: int, batch: pa.Table,
+             partitions: pa.Array) -> pa.Table:  # fmt: skip
+    """``batch`` as a keyed task runs it: counted and sorted out by state partition (the
+    views' columns only), then the partitions one after the other (:func:`slices_in_turn`)."""
+    out, by_partition = counted_and_split(batch, partitions, view_columns(t.spec for t in tasks))
+    handed = {partition: [usable] for partition, usable in by_partition.items()}
+    by_partition.clear()
+    rows = [*out, *slices_in_turn(TopicPass(tasks, str(repo), batch_id), handed)]
+    return pa.Table.from_batches(rows)
 
 
 def _shuffled_pass(repo: Path, batch_id: int, watermark_ns: int, batch: pa.Table,
@@ -311,20 +323,22 @@ def test_a_task_taking_its_partitions_in_turn_holds_one_partitions_outputs(
     one. The outputs are the same."""
     records = _records(seed=8, n=40_000, users=4000)
     partition_of = pa.array(records.column("user_id").to_numpy() * 7 % PARTITIONS)
-    in_turn, side_by_side = _applied_repos(tmp_path, "in_turn", "side_by_side")
+    in_turn_repo, side_by_side_repo = _applied_repos(tmp_path, "in_turn", "side_by_side")
 
-    def run(repo: Path, threads: ThreadPoolExecutor | None) -> tuple[pa.Table, int]:
+    def run(repo: Path, in_turn: bool) -> tuple[pa.Table, int]:
         readings: list[int] = []
         tasks = _pool_reading_tasks(repo, readings)
         before = pa.total_allocated_bytes()
-        out = pa.Table.from_batches(
-            list(run_records(tasks, str(repo), 0, [records], partition_of, threads))
-        )
+        if in_turn:
+            out = _in_turn(tasks, repo, 0, records, partition_of)
+        else:
+            with_partitions = records.append_column(PARTITION_COLUMN, partition_of)
+            out = run_on_driver(tasks, str(repo), 0, with_partitions, ThreadPoolExecutor(2))
         assert len(readings) == 2 * PARTITIONS  # both views in every partition
         return out, max(readings) - before
 
-    got, held_in_turn = run(in_turn, None)
-    want, held_side_by_side = run(side_by_side, ThreadPoolExecutor(2))
+    got, held_in_turn = run(in_turn_repo, True)
+    want, held_side_by_side = run(side_by_side_repo, False)
     assert _comparable(got) == _comparable(want)
     # 0.53x when written (40 k records, 4 partitions); all partitions at once read 1.0x
     assert held_in_turn < 0.75 * held_side_by_side, (held_in_turn, held_side_by_side)
@@ -480,13 +494,11 @@ def test_history_files_are_written_beside_the_online_write_and_states_saved_afte
         for t in _tasks(locked_repo, 0, 0)
     )  # fmt: skip
     side_by_side = ThreadPoolExecutor(2)  # as the driver's pass: one online write for all
-    got = pa.Table.from_batches(
-        list(run_records(tasks, str(locked_repo), 0, batch, partitions, side_by_side))
-    )
+    with_partitions = batch.append_column(PARTITION_COLUMN, partitions)
+    got = run_on_driver(tasks, str(locked_repo), 0, with_partitions, side_by_side)
     lock.close()
-    want = pa.Table.from_batches(list(run_records(
-        _tasks(plain_repo, 0, 0), str(plain_repo), 0, batch, partitions, side_by_side
-    )))  # fmt: skip
+    want = run_on_driver(_tasks(plain_repo, 0, 0), str(plain_repo), 0, with_partitions,
+                         side_by_side)  # fmt: skip
     assert _comparable(got) == _comparable(want)
 
     def times(what: str) -> list[float]:

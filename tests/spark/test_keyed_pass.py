@@ -28,9 +28,9 @@ from featureflow.spark.keyed_pass import (
     checked_records,
     entity_slices,
     kafka_partition_of,
-    slices_of_scheme,
 )
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON, PASSED_THROUGH, parse_events
+from featureflow.spark.state import keyed_scheme_parts
 from featureflow.spark.topic_pass import COUNT, DEAD, counted_and_split
 
 pytestmark = pytest.mark.integration
@@ -274,10 +274,10 @@ def test_the_slices_are_recorded_with_the_state_and_kept_by_a_later_run(tmp_path
     from featureflow.spark.pipeline import TASKS_PER_CORE, keyed_slices
     from featureflow.spark.state import StateStore
 
-    assert slices_of_scheme(KeyedTopic(4, kafka_keys.CRC32, 1).scheme) == 1
+    assert keyed_scheme_parts(KeyedTopic(4, kafka_keys.CRC32, 1).scheme) == ("crc32", 1)
     assert KeyedTopic(4, kafka_keys.CRC32, 1).scheme == "kafka-crc32"  # state of old runs
-    assert slices_of_scheme(KeyedTopic(4, kafka_keys.MURMUR2, 3).scheme) == 3
-    assert slices_of_scheme("entity-hash") is None
+    assert keyed_scheme_parts(KeyedTopic(4, kafka_keys.MURMUR2, 3).scheme) == ("murmur2", 3)
+    assert keyed_scheme_parts("entity-hash") is None
     roots = [str(tmp_path / "a"), str(tmp_path / "b")]
     # new state: enough slices for TASKS_PER_CORE state partitions per core in all
     assert TASKS_PER_CORE == 4

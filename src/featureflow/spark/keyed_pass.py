@@ -42,7 +42,7 @@ from featureflow.events import kafka_keys
 from featureflow.events.checks import first_failing, read_stamps_as_spark
 from featureflow.events.json_batch import BatchJsonParser
 from featureflow.events.json_records import STAMP, JsonRecordParser
-from featureflow.spark import allocators, state_host, worker_gc
+from featureflow.spark import allocators, worker_gc
 from featureflow.spark.event_time import (
     DEAD_LETTER_ONLY,
     mark_event_time_collected,
@@ -50,13 +50,15 @@ from featureflow.spark.event_time import (
 )
 from featureflow.spark.online_sink import ViewTask
 from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
+from featureflow.spark.state import keyed_scheme
 from featureflow.spark.topic_pass import (
     PARTITION_COLUMN,
     TopicPass,
     counted_and_split,
     output_rows,
-    partition_outputs,
     run_on_driver,
+    slices_in_turn,
+    view_columns,
 )
 
 KEY_NOT_ENTITY = "the Kafka key is not the entity's decimal text (the topic is keyed by it)"
@@ -106,8 +108,7 @@ class KeyedTopic:
         """How the state places entities (:meth:`~featureflow.spark.state.StateStore.
         check_partitioning`): ``kafka-<partitioner>``, with ``/<slices>-slices`` when a
         Kafka partition is cut into several."""
-        sliced = f"/{self.slice_count}-slices" if self.slice_count > 1 else ""
-        return f"{KAFKA_SCHEME_PREFIX}{self.partitioner}{sliced}"
+        return keyed_scheme(self.partitioner, self.slice_count)
 
     def state_partitions(
         self, kafka_partitions: int | pa.Array | pa.ChunkedArray,
@@ -121,18 +122,6 @@ class KeyedTopic:
         )  # fmt: skip
         entity_slice = entity_slices(entities, self.slice_count).astype(np.int64)
         return pa.array((kafka * self.slice_count + entity_slice).astype(np.int32))
-
-
-KAFKA_SCHEME_PREFIX = "kafka-"
-
-
-def slices_of_scheme(scheme: str) -> int | None:
-    """The slices a recorded placement ``scheme`` (:attr:`KeyedTopic.scheme`) names; None
-    for a scheme that is not a keyed topic's."""
-    if not scheme.startswith(KAFKA_SCHEME_PREFIX):
-        return None
-    _, _, sliced = scheme.partition("/")
-    return int(sliced.removesuffix("-slices")) if sliced else 1
 
 
 @dataclass(frozen=True)
@@ -278,9 +267,9 @@ class KeyedTopicPass:
     """``mapInArrow`` function of a keyed topic's micro-batch ``batch_id`` over the raw
     Kafka records: each task is one Kafka partition, checked in Arrow
     (:func:`checked_records`) and run through the views as the shuffled pass runs a shuffle
-    partition (:func:`~featureflow.spark.topic_pass.partition_outputs`), each of the Kafka
-    partition's slices (:class:`KeyedTopic`) standing for a shuffle partition, one after
-    the other. Output rows: :data:`~featureflow.spark.topic_pass.
+    partition, each of the Kafka partition's slices (:class:`KeyedTopic`) standing for a
+    shuffle partition, one after the other (:func:`~featureflow.spark.topic_pass.
+    slices_in_turn`). Output rows: :data:`~featureflow.spark.topic_pass.
     OUTPUT_SCHEMA`."""
 
     tasks: tuple[ViewTask, ...]
@@ -304,12 +293,7 @@ class KeyedTopicPass:
             yield from out
             out.clear()
             topic = TopicPass(self.tasks, self.repo_path, self.batch_id)
-            for state_partition in sorted(by_slice):
-                # each slice's usable records to the state host, freed once computed
-                handed = [pa.concat_tables(by_slice.pop(state_partition))]
-                yield from state_host.run(
-                    partition_outputs, topic, state_partition, handed, True
-                )
+            yield from slices_in_turn(topic, by_slice)
         worker_gc.settle()
 
     def checked_in_chunks(
@@ -328,13 +312,7 @@ class KeyedTopicPass:
         partition: int | None = None
         out: list[pa.RecordBatch] = []
         slices: dict[int, list[pa.Table]] | None = {}
-        columns = list(
-            dict.fromkeys(
-                name
-                for task in self.tasks
-                for name in (task.spec.join_key, EVENT_NS, *task.spec.value_columns)
-            )
-        )
+        columns = view_columns(task.spec for task in self.tasks)
         for raw in _chunks(batches, chunk_records):
             partition = kafka_partition_of(raw, partition)
             if slices is None:

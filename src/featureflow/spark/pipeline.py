@@ -40,7 +40,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from featureflow.columns import EVENT_NS
 from featureflow.errors import RepoError
 from featureflow.events import ddl
 from featureflow.repo import StreamViewSpec
@@ -66,6 +65,7 @@ from featureflow.spark.state import (
     ENTITY_HASH,
     StateStore,
     filesystem_of,
+    keyed_scheme_parts,
     recorded_partitioning,
     written_partitions,
 )
@@ -340,13 +340,7 @@ class TopicBatchProcessor:
         before = lead.state.load_watermarks(batch_id, spec.watermark_ns)
         late_before_ns = before.watermark_ns if spec.watermark_ns > 0 else None
         future_after_ns = clock_ns + options.max_future_skew_ns
-        columns = list(
-            dict.fromkeys(
-                name
-                for view in self.views
-                for name in (view.spec.join_key, EVENT_NS, *view.spec.value_columns)
-            )
-        )
+        columns = topic_pass.view_columns(view.spec for view in self.views)
         # The views' state follows the watermark the batch was judged by (see topic_pass).
         tasks = tuple(view.task(batch_id, before.watermark_ns) for view in self.views)
         lap = time.monotonic()
@@ -625,14 +619,13 @@ def keyed_slices(state_roots: list[str], keyed: KeyedTopic, cores: int) -> int:
     ``keyed_slices``, two runs, 2026-12-07): the workers' peak grew 3.27-3.44x the state
     with 1 slice each, 2.50-2.53x with 2 and 2.29-2.38x with 4, at events/s within the
     runs' spread (220-249 k for each count)."""
-    from featureflow.spark.keyed_pass import slices_of_scheme
-
     if keyed.slices is not None:
         return keyed.slices
     for root in state_roots:
         recorded = recorded_partitioning(root)
-        written = None if recorded is None else slices_of_scheme(recorded)
-        if written is not None:
+        parts = None if recorded is None else keyed_scheme_parts(recorded)
+        if parts is not None:
+            _, written = parts
             log.info("keyed state slices: %d, as the checkpoint's state was written", written)
             return written
     return max(1, -(-TASKS_PER_CORE * max(1, cores) // keyed.partitions))

@@ -406,6 +406,25 @@ def wait_for_snapshots() -> None:
 PARTITIONING_FILE = "partitioning"
 """The file under a state root that names how its entities were placed in partitions."""
 ENTITY_HASH = "entity-hash"
+"""The scheme of the shuffled layout: the shuffle's hash of the entity."""
+KAFKA_SCHEME_PREFIX = "kafka-"
+_SLICES_SUFFIX = "-slices"
+
+
+def keyed_scheme(partitioner: str, slices: int) -> str:
+    """The scheme of a topic keyed by its entity (:class:`~featureflow.spark.keyed_pass.
+    KeyedTopic`): ``kafka-<partitioner>``, with ``/<slices>-slices`` when each Kafka
+    partition's entities are cut into several state slices."""
+    sliced = f"/{slices}{_SLICES_SUFFIX}" if slices > 1 else ""
+    return f"{KAFKA_SCHEME_PREFIX}{partitioner}{sliced}"
+
+
+def keyed_scheme_parts(scheme: str) -> tuple[str, int] | None:
+    """The partitioner and slices a :func:`keyed_scheme` names; None for another scheme."""
+    if not scheme.startswith(KAFKA_SCHEME_PREFIX):
+        return None
+    partitioner, _, sliced = scheme.removeprefix(KAFKA_SCHEME_PREFIX).partition("/")
+    return partitioner, int(sliced.removesuffix(_SLICES_SUFFIX)) if sliced else 1
 
 
 def recorded_partitioning(root: str) -> str | None:
@@ -477,12 +496,13 @@ class StateStore:
             filesystem.move(temporary, path)
             return
         if recorded != scheme:
-            partitioner, _, sliced = recorded.removeprefix("kafka-").partition("/")
-            how = (
-                "without --keyed-topic" if recorded == ENTITY_HASH
-                else f"with --keyed-topic {partitioner}"
-                + (f" --keyed-slices {sliced.removesuffix('-slices')}" if sliced else "")
-            )  # fmt: skip
+            keyed = keyed_scheme_parts(recorded)
+            how = "without --keyed-topic"
+            if keyed is not None:
+                partitioner, slices = keyed
+                how = f"with --keyed-topic {partitioner}" + (
+                    f" --keyed-slices {slices}" if slices > 1 else ""
+                )
             msg = (
                 f"the state under {self.root} places entities by {recorded}, not {scheme}: "
                 f"run the job {how}, or start from a new checkpoint"

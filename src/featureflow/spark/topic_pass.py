@@ -42,7 +42,7 @@ what they need.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,8 @@ from featureflow.spark.parse import ERROR_FIELD, ERROR_REASON
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+
+    from featureflow.repo import StreamViewSpec
 
 VIEW, COUNT, DEAD = "view", "count", "dead"
 """Kinds of output rows: a view's stats for one shuffle partition; the records of one
@@ -204,64 +206,69 @@ class TopicPass:
 
 
 def partition_outputs(
-    topic: TopicPass, partition: int, records: pa.Table | list[pa.Table],
-    usable_only: bool = False,
-) -> list[pa.RecordBatch]:  # fmt: skip
-    """:meth:`TopicPass.run_partition` (``usable_only``: :func:`partition_views`, for
-    usable records whose counts and dead letters the caller returned), then
-    :func:`after_task`: a task's work where the executor's state host runs it
-    (:mod:`~featureflow.spark.state_host`).
+    topic: TopicPass, partition: int, records: pa.Table | list[pa.Table]
+) -> list[pa.RecordBatch]:
+    """:meth:`TopicPass.run_partition`, then :func:`after_task`: a shuffled task's work
+    where the executor's state host runs it (:mod:`~featureflow.spark.state_host`)."""
+    return _task_outputs(topic, topic.run_partition(partition, records))
 
-    The store is opened (:func:`~featureflow.spark.online_sink.open_store`) before the
-    views compute, though only the online write uses it."""
+
+def usable_outputs(
+    topic: TopicPass, partition: int, usable: pa.Table | list[pa.Table]
+) -> list[pa.RecordBatch]:
+    """:func:`partition_views` of state partition ``partition``'s usable records (their
+    counts and dead letters returned by the caller), then :func:`after_task`: one slice
+    of a keyed task (:func:`slices_in_turn`) where the executor's state host runs it."""
+    return _task_outputs(
+        topic, partition_views(topic.tasks, topic.repo_path, topic.batch_id, usable, partition)
+    )
+
+
+def _task_outputs(topic: TopicPass, rows: Iterator[pa.RecordBatch]) -> list[pa.RecordBatch]:
+    """The rows of a task's ``rows`` (not yet started), then :func:`after_task`. The store
+    is opened (:func:`~featureflow.spark.online_sink.open_store`) before the views
+    compute, though only the online write uses it."""
     open_store(topic.repo_path)
-    if usable_only:
-        out = list(partition_views(topic.tasks, topic.repo_path, topic.batch_id, records,
-                                   partition))  # fmt: skip
-    else:
-        out = list(topic.run_partition(partition, records))
+    out = list(rows)
     after_task(topic.batch_id)
     return out
 
 
+def slices_in_turn(
+    topic: TopicPass, by_partition: dict[int, list[pa.Table]]
+) -> Iterator[pa.RecordBatch]:
+    """The views' rows of each state partition's usable records (tables of view columns,
+    which this empties), one partition after the other through the state host
+    (:func:`usable_outputs`): each partition's views, online write and state saves before
+    the next, so that a task's memory above the state follows its largest partition, not
+    all of its records (a keyed task's slices)."""
+    for partition in sorted(by_partition):
+        handed = [pa.concat_tables(by_partition.pop(partition))]  # freed once computed
+        yield from state_host.run(usable_outputs, topic, partition, handed)
+
+
 def run_records(
     tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int,
-    records: pa.Table | list[pa.Table], partitions: int | pa.Array | pa.ChunkedArray,
-    threads: Executor | None = None,
+    records: pa.Table | list[pa.Table], partition: int,
 ) -> Iterator[pa.RecordBatch]:  # fmt: skip
-    """The output rows of checked ``records`` (see :class:`TopicPass`): counts, dead
-    letters, then every view over each shuffle partition.
+    """The output rows of shuffle partition ``partition``'s checked ``records`` (see
+    :class:`TopicPass`): counts, dead letters, then every view.
 
     Args:
         records: the records, or a one-element list of them, which this empties: handed
             over so, they are freed once the views have computed (the views' new events
             are in their states by then), not held through the writes, where the state
             host's two tasks peak.
-        partitions: the state partition of every record: one for all of them (a shuffled
-            task's), or one per record (Spark's own hash partition of the record's entity
-            key: :data:`PARTITION_COLUMN` of the driver's pass).
-        threads: where the partitions run side by side, with one online write for all of
-            them (the driver's pass); None: one partition after the other, each through
-            its views, online write and state saves before the next, so that the memory
-            follows the largest partition, not all of the records.
     """
     if isinstance(records, list):
         records = records.pop()
-    out, by_partition = counted_and_split(records, partitions)
+    out, by_partition = counted_and_split(records, partition)
     del records  # run_views frees the received events once computed
     yield from out
-    if threads is None:
-        for partition in sorted(by_partition):
-            yield from partition_views(
-                tasks, repo_path, batch_id, [by_partition.pop(partition)], partition
-            )
-        return
-    every = {
-        partition: _received(tasks, rows) for partition, rows in sorted(by_partition.items())
-    }
-    by_partition.clear()
-    for partition, task, stats in run_views(list(tasks), repo_path, batch_id, every, threads):
-        yield view_row(task.spec.name, partition, stats)
+    if by_partition:  # handed over: freed once computed
+        yield from partition_views(
+            tasks, repo_path, batch_id, [by_partition.pop(partition)], partition
+        )
 
 
 def counted_and_split(
@@ -301,13 +308,20 @@ def partition_views(
         yield view_row(task.spec.name, partition, stats)
 
 
+def view_columns(specs: Iterable[StreamViewSpec]) -> list[str]:
+    """The columns the views of ``specs`` compute from: each one's join key, ``event_ns``
+    and value columns, in that order, each column once."""
+    return list(
+        dict.fromkeys(
+            name for spec in specs for name in (spec.join_key, EVENT_NS, *spec.value_columns)
+        )
+    )
+
+
 def _received(tasks: tuple[ViewTask, ...], rows: pa.Table) -> Mapping[str, list[pa.RecordBatch]]:
     """Each view's columns of ``rows`` (by view name), as :func:`run_views` takes them."""
     return {
-        task.spec.name: rows.select(
-            [task.spec.join_key, EVENT_NS, *task.spec.value_columns]
-        ).to_batches()
-        for task in tasks
+        task.spec.name: rows.select(view_columns([task.spec])).to_batches() for task in tasks
     }
 
 
@@ -358,29 +372,36 @@ def shuffle_partition(join_key: str, partitions: int) -> Column:
 
 
 def run_on_driver(
-    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int, records: pa.Table
-) -> pa.Table:
+    tasks: tuple[ViewTask, ...], repo_path: str, batch_id: int, records: pa.Table,
+    threads: Executor | None = None,
+) -> pa.Table:  # fmt: skip
     """The pass of a small micro-batch on the driver: ``records`` (collected, with
-    :data:`PARTITION_COLUMN`) through :func:`run_records`, every shuffle partition's
-    state resident in the driver's Python process between batches.
+    :data:`PARTITION_COLUMN`) counted and split by shuffle partition, the partitions'
+    views side by side on ``threads`` (None: one per core) with one online write for all
+    of them, every shuffle partition's state resident in the driver's Python process
+    between batches.
 
     Outputs, state versions and files are those of the shuffled pass: the same
     partitions, the same functions, the records of a partition in the same order
     (the Kafka partitions' records in turn, by offset).
     """
     allocators.use_returning_allocators()
-    partitions = records.column(PARTITION_COLUMN)
-    out = pa.Table.from_batches(
-        list(
-            run_records(
-                tasks, repo_path, batch_id, records.drop_columns([PARTITION_COLUMN]), partitions,
-                _driver_threads(),
-            )
-        ),
-        schema=ARROW_SCHEMA,
+    out, by_partition = counted_and_split(
+        records.drop_columns([PARTITION_COLUMN]), records.column(PARTITION_COLUMN)
+    )
+    del records
+    every = {
+        partition: _received(tasks, rows) for partition, rows in sorted(by_partition.items())
+    }
+    by_partition.clear()
+    out.extend(
+        view_row(task.spec.name, partition, stats)
+        for partition, task, stats in run_views(
+            list(tasks), repo_path, batch_id, every, threads or _driver_threads()
+        )
     )
     after_task(batch_id)
-    return out
+    return pa.Table.from_batches(out, schema=ARROW_SCHEMA)
 
 
 @dataclass(frozen=True)
