@@ -21,6 +21,7 @@ from featureflow.events import ddl, kafka_keys
 from featureflow.spark.event_time import mark_event_time, without_unneeded_bytes
 from featureflow.spark.keyed_pass import (
     KEY_NOT_ENTITY,
+    RAW_COLUMNS,
     WRONG_PARTITION,
     KeyedTopic,
     KeyedTopicError,
@@ -41,10 +42,15 @@ KEYED = KeyedTopic(partitions=4)
 BASE_NS = 1_795_996_800_000_000_000
 
 
+TOPIC = "t"
+
+
 def _raw(values: list[bytes], keys: list[bytes | None], partitions: list[int]) -> pa.Table:
+    """Raw records of ``TOPIC`` as Spark's Kafka source gives them (the pass reads
+    :data:`RAW_COLUMNS` of them)."""
     return pa.table({
         "key": pa.array(keys, pa.binary()), "value": pa.array(values, pa.binary()),
-        "topic": ["t"] * len(values), "partition": pa.array(partitions, pa.int32()),
+        "topic": [TOPIC] * len(values), "partition": pa.array(partitions, pa.int32()),
         "offset": pa.array(range(len(values)), pa.int64()),
     })  # fmt: skip
 
@@ -84,7 +90,8 @@ def _spark(spark, raw: pa.Table, late: int | None, future: int) -> list[dict]:  
 
 
 def _arrow(raw: pa.Table, late: int | None, future: int) -> list[dict] | None:
-    out = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED, late, future)
+    out = checked_records(raw.select(list(RAW_COLUMNS)), FIELDS, SPEC.join_key,
+                          SPEC.timestamp_field, KEYED, late, future, TOPIC)  # fmt: skip
     if out.undecided:
         return None
     columns = [
@@ -140,13 +147,14 @@ def test_a_task_checking_its_records_in_chunks_sorts_them_out_as_a_whole(
     undecided (the Spark path) exactly when the whole would be."""
     raw = _keyed(values)
     raw = raw.set_column(3, "partition", pa.array([2] * raw.num_rows, pa.int32()))
+    raw = raw.select(list(RAW_COLUMNS))
     future = BASE_NS + 10**13
     sliced = KeyedTopic(KEYED.partitions, KEYED.partitioner, 3)
     whole = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, sliced, late,
-                            future)  # fmt: skip
+                            future, TOPIC)  # fmt: skip
     views = (SimpleNamespace(spec=SPEC),)  # the columns the views read
     task = KeyedTopicPass(views, "unused", 0, FIELDS, SPEC.join_key,  # type: ignore[arg-type]
-                          SPEC.timestamp_field, sliced, late, future)  # fmt: skip
+                          SPEC.timestamp_field, sliced, late, future, TOPIC)  # fmt: skip
     batches = raw.to_batches(max_chunksize=batch_rows)
     partition, got = task.checked_in_chunks(iter(batches), chunk_records)
     assert partition == 2
@@ -194,7 +202,8 @@ def test_records_keyed_otherwise_are_dead_letters_naming_the_key() -> None:
     value = b'{"user_id":7,"amount":1.5,"event_timestamp":1795996800250}'
     home = int(kafka_keys.partitions_of(pa.array([b"7"]), KEYED.partitions, KEYED.partitioner)[0])
     raw = _raw([value] * 3, [b"7", b"07", b"7"], [home, home, (home + 1) % KEYED.partitions])
-    out = checked_records(raw, FIELDS, SPEC.join_key, SPEC.timestamp_field, KEYED, None, 2**62)
+    out = checked_records(raw.select(list(RAW_COLUMNS)), FIELDS, SPEC.join_key,
+                          SPEC.timestamp_field, KEYED, None, 2**62, TOPIC)  # fmt: skip
     rows = out.records.to_pylist()
     assert [(r[ERROR_FIELD], r[ERROR_REASON]) for r in rows] == [
         (None, None), ("key", KEY_NOT_ENTITY), ("key", WRONG_PARTITION),
@@ -211,7 +220,7 @@ def test_a_task_holding_several_kafka_partitions_is_refused() -> None:
     # checked a chunk at a time: a later chunk of another partition is refused too
     sliced = KeyedTopic(KEYED.partitions, KEYED.partitioner, 2)
     task = KeyedTopicPass((), "unused", 0, FIELDS, SPEC.join_key, SPEC.timestamp_field, sliced,
-                          None, 2**62)  # fmt: skip
+                          None, 2**62, TOPIC)  # fmt: skip
     batches = _raw([value] * 2, [b"7"] * 2, [3, 1]).to_batches(max_chunksize=1)
     with pytest.raises(KeyedTopicError, match="minPartitions"):
         task.checked_in_chunks(iter(batches), chunk_records=1)

@@ -131,15 +131,20 @@ class Checked:
     """Some record's timestamp only Spark reads: ``records`` must not be used."""
 
 
+RAW_COLUMNS = ("key", "value", "partition", "offset")
+"""What the pass reads of a Kafka record (:func:`checked_records`). Not the topic, which is
+the query's one topic, nor Kafka's timestamps, which no view reads: every column the pass
+takes the JVM converts to Arrow for every record."""
+
+
 def checked_records(
     raw: pa.Table, fields: tuple[tuple[str, str], ...], join_key: str, timestamp_field: str,
-    keyed: KeyedTopic, late_before_ns: int | None, future_after_ns: int,
+    keyed: KeyedTopic, late_before_ns: int | None, future_after_ns: int, topic: str,
     dead_letter_bytes_only: bool = True,
 ) -> Checked:  # fmt: skip
-    """Raw Kafka records (``key``, ``value``, ``topic``, ``partition``, ``offset``) of
-    one partition -> the records the views' pass takes (see the module);
-    ``dead_letter_bytes_only=False``: every record keeps its raw bytes (for a caller that
-    takes the dead letters out at once)."""
+    """Raw Kafka records (:data:`RAW_COLUMNS`) of one partition of ``topic`` -> the records
+    the views' pass takes (see the module); ``dead_letter_bytes_only=False``: every record
+    keeps its raw bytes and topic (for a caller that takes the dead letters out at once)."""
     parser = JsonRecordParser(fields, join_key, timestamp_field)
     parsed = BatchJsonParser(parser)(raw.column("value").combine_chunks())
     stamps = read_stamps_as_spark(parsed.column(STAMP))
@@ -155,7 +160,10 @@ def checked_records(
     # as Spark's parse: an event time wherever the stamp reads as one, null elsewhere
     columns[EVENT_NS] = pa.array(stamps.ns, pa.int64(), mask=stamps.reason != "")
     for name in ("partition", *DEAD_LETTER_ONLY):
-        columns[name] = raw.column(name)
+        columns[name] = (
+            pa.repeat(pa.scalar(topic, pa.string()), raw.num_rows) if name == "topic"
+            else raw.column(name)
+        )  # fmt: skip
     columns[ERROR_FIELD] = checked.field
     columns[ERROR_REASON] = checked.reason
     records = pa.table(columns)
@@ -281,6 +289,8 @@ class KeyedTopicPass:
     keyed: KeyedTopic
     late_before_ns: int | None
     future_after_ns: int
+    topic: str
+    """The query's one topic, which its raw records (:data:`RAW_COLUMNS`) do not carry."""
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         allocators.use_returning_allocators()
@@ -340,7 +350,7 @@ class KeyedTopicPass:
     def check(self, raw: pa.Table, dead_letter_bytes_only: bool = True) -> Checked:
         return checked_records(
             raw, self.fields, self.join_key, self.timestamp_field, self.keyed,
-            self.late_before_ns, self.future_after_ns, dead_letter_bytes_only,
+            self.late_before_ns, self.future_after_ns, self.topic, dead_letter_bytes_only,
         )  # fmt: skip
 
     def finish(self, parsed: pa.Table) -> pa.Table:

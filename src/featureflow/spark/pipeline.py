@@ -348,13 +348,14 @@ class TopicBatchProcessor:
         if options.keyed_topic is not None:
             from pyspark.sql import functions as F
 
-            from featureflow.spark.keyed_pass import UNDECIDED, KeyedTopicPass
+            from featureflow.spark.keyed_pass import RAW_COLUMNS, UNDECIDED, KeyedTopicPass
 
             keyed = KeyedTopicPass(
                 tasks, lead.repo_path, batch_id, ddl.canonical_fields(spec.json_schema),
                 spec.join_key, spec.timestamp_field, options.keyed_topic, late_before_ns,
-                future_after_ns,
+                future_after_ns, spec.topic,
             )  # fmt: skip
+            raw = batch.select(*RAW_COLUMNS)
 
             def checked_by_spark(partitions: list[int]) -> pa.Table:
                 # the Kafka partitions holding a timestamp only Spark reads: Spark's parse
@@ -365,13 +366,13 @@ class TopicBatchProcessor:
                 return keyed.finish(parsed.toArrow())
 
             if pass_on == DRIVER:
-                collected = batch.toArrow()
+                collected = raw.toArrow()
                 phases = {"read": time.monotonic() - lap}
                 lap = time.monotonic()
                 out = keyed.on_driver(checked_by_spark, collected)
                 phases["driver_pass"] = time.monotonic() - lap
             else:
-                out = batch.mapInArrow(keyed, topic_pass.OUTPUT_SCHEMA).toArrow()
+                out = raw.mapInArrow(keyed, topic_pass.OUTPUT_SCHEMA).toArrow()
                 left = pc.equal(out.column("kind"), UNDECIDED)
                 if pc.any(left).as_py():
                     undecided = out.filter(left).column("partition").to_pylist()
