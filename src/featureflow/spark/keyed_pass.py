@@ -198,13 +198,16 @@ def mark_keying(records: pa.Table, join_key: str, keyed: KeyedTopic) -> pa.Table
         return records
     key = records.column("key").combine_chunks().cast(pa.binary())
     entity = records.column(join_key).combine_chunks().cast(pa.int64())
-    text = pc.cast(pc.cast(entity, pa.string()), pa.binary())
-    not_entity = pc.fill_null(pc.not_equal(key, text), True)
-    # hashed once per distinct key: a batch repeats its entities' keys many times
-    distinct = pc.unique(key)
-    expected = kafka_keys.partitions_of(distinct, keyed.partitions, keyed.partitioner)[
-        pc.index_in(key, distinct).to_numpy()
-    ]
+    # Each distinct entity's text, formatted and hashed once: a batch repeats its
+    # entities many times. The partition check needs only the usable records whose key
+    # is that text, so the text's partition stands for the key's.
+    distinct = pc.unique(entity).drop_null()
+    distinct_text = pc.cast(pc.cast(distinct, pa.string()), pa.binary())
+    at = pc.index_in(entity, distinct)  # null where the entity is
+    not_entity = pc.fill_null(pc.not_equal(key, distinct_text.take(at)), True)
+    expected = kafka_keys.partitions_of(distinct_text, keyed.partitions, keyed.partitioner)[
+        pc.fill_null(at, 0).to_numpy()
+    ] if len(distinct) else np.zeros(len(entity), np.int32)  # fmt: skip
     actual = records.column("partition").to_numpy()
     moved = pa.array(expected != actual)
     for broken, why in ((not_entity, KEY_NOT_ENTITY), (moved, WRONG_PARTITION)):
